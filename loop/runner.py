@@ -1,0 +1,408 @@
+"""The tool loop: run a model with tools, stop before any gated call, resume later."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import assert_never
+
+from loop.agent import Agent
+from loop.decisions import Approve, Ask, Deny, Edit
+from loop.errors import AirlockError, DecisionError, ModelError, StateError, ToolArgumentsError
+from loop.events import (
+    NO_SINK,
+    DecisionApplied,
+    DecisionSource,
+    EventSink,
+    Finished,
+    ModelCalled,
+    Resumed,
+    RunStarted,
+    Suspended,
+    ToolExecuted,
+)
+from loop.messages import (
+    AssistantMessage,
+    JsonObject,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from loop.results import LoopResult, Outcome, Termination, TraceEntry
+from loop.state import PendingCall, SuspendedRunState, turn_digest
+from loop.tools import Tool, ToolContext, render_result, requires_approval
+
+CallDecision = Approve | Deny | Edit
+
+
+class ApprovalRequired(Exception):  # noqa: N818 - control flow, not an error
+    """The run stopped before a turn that needs a person's approval.
+
+    Catch it before any generic handler: suspension is never a failure.
+    """
+
+    def __init__(self, state: SuspendedRunState) -> None:
+        names = ", ".join(c.name for c in state.pending_calls if c.requires_approval)
+        super().__init__(f"run {state.run_id} waits for approval of: {names}")
+        self.state = state
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocation:
+    """One call about to run; ``invoke()`` turns a tool's exception into an error result."""
+
+    tool: Tool
+    arguments: JsonObject
+    context: ToolContext
+
+    def invoke(self) -> ToolOutcome:
+        try:
+            return ToolOutcome(render_result(self.tool.invoke(self.arguments, self.context)))
+        except Exception as exc:  # a failing tool is reported to the model, never crashes the run
+            return ToolOutcome(f'Error: tool "{self.tool.name}" failed: {exc}', is_error=True)
+
+
+ToolExecutor = Callable[[ToolInvocation], ToolOutcome]
+"""The port every call runs through; ``workers/`` wraps it with the tool-call ledger."""
+
+
+def run_directly(invocation: ToolInvocation) -> ToolOutcome:
+    return invocation.invoke()
+
+
+@dataclass(slots=True)
+class _Run:
+    agent: Agent
+    run_id: str
+    tool_names: tuple[str, ...]
+    transcript: list[Message]
+    max_iterations: int
+    token_budget: int | None
+    iterations: int = 0
+    usage: Usage = field(default_factory=Usage)
+    trace: list[TraceEntry] = field(default_factory=list)
+    call_ids: set[str] = field(default_factory=set)
+
+    def budget_reached(self) -> bool:
+        return self.token_budget is not None and self.usage.total_tokens >= self.token_budget
+
+    def at_limit(self) -> bool:
+        return self.iterations >= self.max_iterations or self.budget_reached()
+
+
+class ToolLoop:
+    def __init__(
+        self,
+        events: EventSink = NO_SINK,
+        *,
+        executor: ToolExecutor = run_directly,
+        clock: Callable[[], float] = time.perf_counter,
+        ids: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self._events = events
+        self._executor = executor
+        self._clock = clock
+        self._ids = ids
+
+    def run(self, agent: Agent, input: str, *, run_id: str | None = None) -> LoopResult:
+        """Run until the model answers, a limit is hit, or a turn needs approval."""
+        run_id = run_id or self._ids()
+        transcript: list[Message] = (
+            [SystemMessage(agent.instructions)] if agent.instructions else []
+        )
+        transcript.append(UserMessage(input))
+        self._events.emit(RunStarted(run_id, agent.name, input))
+        run = _Run(
+            agent, run_id, agent.tool_names, transcript, agent.max_iterations, agent.token_budget
+        )
+        return self._drive(run)
+
+    def resume(
+        self,
+        agent: Agent,
+        state: SuspendedRunState,
+        decisions: Approve | Deny | Mapping[str, CallDecision],
+        *,
+        approver: str | None = None,
+    ) -> LoopResult:
+        """Settle the suspended turn with ``decisions`` and continue the run.
+
+        Every decision is checked before any call runs: unknown call ids, calls
+        left undecided and edits that fail the tool's schema raise ``DecisionError``.
+        """
+        if state.agent_name != agent.name:
+            raise StateError(f"state belongs to agent {state.agent_name!r}, not {agent.name!r}")
+        resolved = _resolve(agent, state, decisions)
+        run = _Run(
+            agent,
+            state.run_id,
+            state.tool_names,
+            list(state.transcript),
+            state.max_iterations,
+            state.token_budget,
+            state.iterations,
+            state.usage,
+            list(state.trace),
+            {
+                c.id
+                for m in state.transcript
+                if isinstance(m, AssistantMessage)
+                for c in m.tool_calls
+            },
+        )
+        for call, decision, source in resolved:
+            self._emit_decision(
+                run,
+                digest=state.turn_digest,
+                call=call,
+                decision=decision,
+                source=source,
+                approver=approver,
+            )
+        self._events.emit(Resumed(run.run_id, state.turn_digest, run.iterations, run.usage))
+        for call, decision, source in resolved:
+            run.transcript.append(self._settle(run, call, decision, source))
+        return self._drive(run)
+
+    def _drive(self, run: _Run) -> LoopResult:
+        while True:
+            if run.iterations >= run.max_iterations:
+                return self._finish(run, Termination.MAX_ITERATIONS)
+            if run.budget_reached():
+                return self._finish(run, Termination.BUDGET_EXHAUSTED)
+            message = self._call_model(run)
+            if not message.tool_calls:
+                return self._finish(run, Termination.COMPLETED)
+            if run.at_limit():
+                # No model call may follow, so nothing of this turn runs.
+                for call in message.tool_calls:
+                    run.transcript.append(_not_executed(call))
+                continue
+            pending = tuple(_gate(run.agent, call) for call in message.tool_calls)
+            if any(p.requires_approval for p in pending):
+                self._suspend(run, pending)
+            digest = turn_digest(pending)
+            for p in pending:
+                assert p.preset is not None
+                source = _preset_source(p)
+                if source == "policy":
+                    self._emit_decision(
+                        run, digest=digest, call=p, decision=p.preset, source=source, approver=None
+                    )
+                run.transcript.append(self._settle(run, p, p.preset, source))
+
+    def _call_model(self, run: _Run) -> AssistantMessage:
+        schemas = [t.schema() for t in run.agent.tools]
+        response = run.agent.model.complete(tuple(run.transcript), schemas)
+        run.iterations += 1
+        run.usage = run.usage + response.usage
+        message = response.message
+        for call in message.tool_calls:
+            if call.id in run.call_ids:
+                raise ModelError(f"model returned call id {call.id!r} twice in one run")
+            run.call_ids.add(call.id)
+        run.transcript.append(message)
+        self._events.emit(
+            ModelCalled(
+                run.run_id, run.iterations, response.usage, message.content, message.tool_calls
+            )
+        )
+        return message
+
+    def _suspend(self, run: _Run, pending: tuple[PendingCall, ...]) -> None:
+        state = SuspendedRunState(
+            run_id=run.run_id,
+            agent_name=run.agent.name,
+            agent_fingerprint=run.agent.fingerprint(),
+            tool_names=run.tool_names,
+            transcript=tuple(run.transcript),
+            pending_calls=pending,
+            iterations=run.iterations,
+            usage=run.usage,
+            max_iterations=run.max_iterations,
+            token_budget=run.token_budget,
+            trace=tuple(run.trace),
+            turn_digest=turn_digest(pending),
+        )
+        self._events.emit(
+            Suspended(run.run_id, state.turn_digest, pending, run.iterations, run.usage)
+        )
+        raise ApprovalRequired(state)
+
+    def _settle(
+        self, run: _Run, call: PendingCall, decision: CallDecision, source: DecisionSource
+    ) -> ToolResultMessage:
+        if call.name not in run.tool_names:
+            return self._record_failure(run, call, f'Error: unknown tool "{call.name}"')
+        tool = run.agent.tool(call.name)
+        if tool is None:
+            message = f'Error: tool "{call.name}" is no longer permitted and was not executed.'
+            return self._record_failure(run, call, message)
+        match decision:
+            case Deny(reason=reason):
+                by = "the approval policy" if source == "policy" else "the operator"
+                message = f'Error: tool "{call.name}" was denied by {by}.'
+                return ToolResultMessage(
+                    call.id, call.name, f"{message} Reason: {reason}" if reason else message, True
+                )
+            case Edit(arguments=arguments):
+                return self._execute(run, call.id, tool, arguments)
+            case Approve():
+                return self._execute(run, call.id, tool, call.arguments)
+            case _:
+                assert_never(decision)
+
+    def _execute(
+        self, run: _Run, call_id: str, tool: Tool, arguments: JsonObject
+    ) -> ToolResultMessage:
+        call = PendingCall(call_id, tool.name, arguments, tool.effect.value)
+        try:
+            validated = tool.validate(arguments)
+        except ToolArgumentsError as exc:
+            return self._record_failure(run, call, f"Error: {exc}")
+        context = ToolContext(run.run_id, call_id, run.agent.name, tool.name)
+        started = self._clock()
+        outcome = self._executor(ToolInvocation(tool, validated, context))
+        elapsed_ms = (self._clock() - started) * 1000
+        return self._record(run, call, outcome, elapsed_ms)
+
+    def _record_failure(self, run: _Run, call: PendingCall, message: str) -> ToolResultMessage:
+        return self._record(run, call, ToolOutcome(message, is_error=True), 0.0)
+
+    def _record(
+        self, run: _Run, call: PendingCall, outcome: ToolOutcome, elapsed_ms: float
+    ) -> ToolResultMessage:
+        status: Outcome = "failed" if outcome.is_error else "succeeded"
+        run.trace.append(TraceEntry(call.id, call.name, status, elapsed_ms))
+        self._events.emit(
+            ToolExecuted(
+                run.run_id, call.id, call.name, call.arguments, status, outcome.content, elapsed_ms
+            )
+        )
+        return ToolResultMessage(call.id, call.name, outcome.content, outcome.is_error)
+
+    def _emit_decision(
+        self,
+        run: _Run,
+        *,
+        digest: str,
+        call: PendingCall,
+        decision: CallDecision,
+        source: DecisionSource,
+        approver: str | None,
+    ) -> None:
+        self._events.emit(
+            DecisionApplied(
+                run.run_id,
+                digest,
+                call.id,
+                call.name,
+                decision.kind,
+                source,
+                reason=decision.reason if isinstance(decision, Deny) else None,
+                arguments=decision.arguments if isinstance(decision, Edit) else None,
+                approver=approver,
+            )
+        )
+
+    def _finish(self, run: _Run, termination: Termination) -> LoopResult:
+        last = next((m for m in reversed(run.transcript) if isinstance(m, AssistantMessage)), None)
+        output = last.content if last is not None else None
+        self._events.emit(Finished(run.run_id, termination, output, run.iterations, run.usage))
+        return LoopResult(
+            run.run_id,
+            output,
+            termination,
+            run.iterations,
+            run.usage,
+            tuple(run.trace),
+            tuple(run.transcript),
+        )
+
+
+def _gate(agent: Agent, call: ToolCall) -> PendingCall:
+    """Classify one call of a turn: which decision applies unless a person gives one."""
+    tool = agent.tool(call.name)
+    if tool is None:
+        return PendingCall(call.id, call.name, call.arguments, None, Approve(), "unknown_tool")
+    effect = tool.effect.value
+    if not requires_approval(tool):
+        return PendingCall(call.id, call.name, call.arguments, effect, Approve(), "read_only")
+    try:
+        validated = tool.validate(call.arguments)
+    except ToolArgumentsError:
+        return PendingCall(
+            call.id, call.name, call.arguments, effect, Approve(), "invalid_arguments"
+        )
+    if agent.approval_policy is None:
+        return PendingCall(call.id, call.name, call.arguments, effect)
+    match agent.approval_policy(tool, validated):
+        case Ask():
+            return PendingCall(call.id, call.name, call.arguments, effect)
+        case Approve() | Deny() as verdict:
+            return PendingCall(call.id, call.name, call.arguments, effect, verdict, "policy")
+        case other:
+            raise AirlockError(f"approval policy of agent {agent.name!r} returned {other!r}")
+
+
+def _preset_source(call: PendingCall) -> DecisionSource:
+    return call.preset_source or "operator"
+
+
+def _resolve(
+    agent: Agent,
+    state: SuspendedRunState,
+    decisions: Approve | Deny | Mapping[str, CallDecision],
+) -> list[tuple[PendingCall, CallDecision, DecisionSource]]:
+    if isinstance(decisions, Approve | Deny):
+        return [(call, decisions, "operator") for call in state.pending_calls]
+    known = {c.id for c in state.pending_calls}
+    unknown = sorted(set(decisions) - known)
+    if unknown:
+        raise DecisionError(f"decisions name unknown call ids: {', '.join(unknown)}")
+    resolved: list[tuple[PendingCall, CallDecision, DecisionSource]] = []
+    undecided: list[str] = []
+    for call in state.pending_calls:
+        decision = decisions.get(call.id)
+        if decision is not None:
+            _check_edit(agent, call, decision)
+            resolved.append((call, decision, "operator"))
+        elif call.preset is not None:
+            resolved.append((call, call.preset, _preset_source(call)))
+        else:
+            undecided.append(call.id)
+    if undecided:
+        raise DecisionError(f"no decision for calls that need approval: {', '.join(undecided)}")
+    return resolved
+
+
+def _check_edit(agent: Agent, call: PendingCall, decision: CallDecision) -> None:
+    if not isinstance(decision, Edit):
+        return
+    tool = agent.tool(call.name)
+    if tool is None:
+        return  # settled as "no longer permitted"; nothing to validate against
+    try:
+        tool.validate(decision.arguments)
+    except ToolArgumentsError as exc:
+        raise DecisionError(f"edit of call {call.id} refused: {exc}") from exc
+
+
+def _not_executed(call: ToolCall) -> ToolResultMessage:
+    return ToolResultMessage(
+        call.id,
+        call.name,
+        f'Error: tool "{call.name}" was not executed: the run reached its limit.',
+        is_error=True,
+    )

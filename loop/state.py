@@ -1,0 +1,119 @@
+"""The suspended run state: everything needed to continue a run later, as JSON.
+
+Schema versions (every released version stays readable; add one line per version):
+  1 — initial: transcript, pending calls with presets, counters, limits, trace, digest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+from loop.canonical import sha256_hex
+from loop.decisions import Approve, Deny
+from loop.errors import StateError, StateVersionError
+from loop.messages import AssistantMessage, JsonObject, Message, Usage
+from loop.results import TraceEntry
+
+SCHEMA_VERSION = 1
+
+PresetSource = Literal["read_only", "policy", "unknown_tool", "invalid_arguments"]
+
+# Upgrades a raw envelope of version N to version N + 1.
+_MIGRATIONS: dict[int, Callable[[dict[str, JsonValue]], dict[str, JsonValue]]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A call of the suspended turn.
+
+    ``preset`` is the decision that applies when the operator names no other:
+    read-only calls run, policy verdicts stand. A call with no preset needs a
+    person's decision.
+    """
+
+    id: str
+    name: str
+    arguments: JsonObject
+    effect: str | None
+    preset: Approve | Deny | None = None
+    preset_source: PresetSource | None = None
+
+    @property
+    def requires_approval(self) -> bool:
+        return self.preset is None
+
+
+def turn_digest(calls: tuple[PendingCall, ...]) -> str:
+    """sha256 of the canonical JSON of the pending calls (ids, names, arguments)."""
+    return sha256_hex([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendedRunState:
+    run_id: str
+    agent_name: str
+    agent_fingerprint: str
+    tool_names: tuple[str, ...]
+    transcript: tuple[Message, ...]
+    pending_calls: tuple[PendingCall, ...]
+    iterations: int
+    usage: Usage
+    max_iterations: int
+    token_budget: int | None
+    trace: tuple[TraceEntry, ...]
+    turn_digest: str
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return _ADAPTER.dump_json(self).decode()
+
+    @classmethod
+    def from_json(cls, blob: str | bytes) -> SuspendedRunState:
+        try:
+            raw = json.loads(blob)
+        except ValueError as exc:
+            raise StateError(f"suspended run state is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise StateError("suspended run state must be a JSON object")
+        try:
+            state = _ADAPTER.validate_python(_upgrade(raw))
+        except ValidationError as exc:
+            raise StateError(f"suspended run state is malformed: {exc}") from exc
+        state.verify()
+        return state
+
+    def verify(self) -> None:
+        """Refuse a state whose digest or last turn do not match its pending calls."""
+        if turn_digest(self.pending_calls) != self.turn_digest:
+            raise StateError("suspended run state was tampered with: turn_digest does not match")
+        last = self.transcript[-1] if self.transcript else None
+        if not isinstance(last, AssistantMessage) or [
+            (c.id, c.name, c.arguments) for c in last.tool_calls
+        ] != [(c.id, c.name, c.arguments) for c in self.pending_calls]:
+            raise StateError(
+                "suspended run state was tampered with: pending calls do not match the last turn"
+            )
+
+
+def _upgrade(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    version = raw.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StateError(f"suspended run state has no valid schema_version (got {version!r})")
+    if version > SCHEMA_VERSION:
+        raise StateVersionError(
+            f"suspended run state has schema_version {version}, but this Airlock reads "
+            f"versions up to {SCHEMA_VERSION}; upgrade Airlock to resume it"
+        )
+    while version < SCHEMA_VERSION:
+        raw = _MIGRATIONS[version](raw)
+        version += 1
+        raw["schema_version"] = version
+    return raw
+
+
+_ADAPTER: TypeAdapter[SuspendedRunState] = TypeAdapter(SuspendedRunState)

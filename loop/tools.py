@@ -1,0 +1,164 @@
+"""Tools, their effects and the approval rule."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
+
+from loop.errors import ToolArgumentsError
+from loop.messages import JsonObject
+
+ToolFunction = Callable[..., JsonValue]
+
+
+class Effect(StrEnum):
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    WRITE = "write"
+
+
+class RequiresApproval:
+    """Marker: every call of a tool that carries it waits for a person."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    run_id: str
+    call_id: str
+    agent: str
+    tool: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across redeliveries and resumes: hand it to the system you act on."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSchema:
+    name: str
+    description: str
+    parameters: JsonObject
+
+
+class Tool:
+    """A tool the model may call.
+
+    Subclass it with ``name``, ``description``, ``effect``, an ``arguments``
+    pydantic model and ``invoke``; or decorate a function with :func:`tool`.
+    """
+
+    name: str = ""
+    description: str = ""
+    effect: Effect = Effect.READ
+    arguments: type[BaseModel]
+
+    def invoke(self, arguments: JsonObject, ctx: ToolContext) -> JsonValue:
+        raise NotImplementedError
+
+    def validate(self, arguments: Mapping[str, JsonValue]) -> JsonObject:
+        try:
+            parsed = self.arguments.model_validate(dict(arguments))
+        except ValidationError as exc:
+            raise ToolArgumentsError(_describe(self.name, exc)) from exc
+        dumped: JsonObject = parsed.model_dump(mode="json")
+        return dumped
+
+    def schema(self) -> ToolSchema:
+        return ToolSchema(self.name, self.description, self.arguments.model_json_schema())
+
+
+def requires_approval(tool: Tool) -> bool:
+    return isinstance(tool, RequiresApproval) or tool.effect in (
+        Effect.IDEMPOTENT_WRITE,
+        Effect.WRITE,
+    )
+
+
+def render_result(value: JsonValue) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _describe(name: str, exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+        for err in exc.errors(include_url=False)
+    )
+    return f'invalid arguments for tool "{name}": {problems}'
+
+
+class FunctionTool(Tool):
+    """A tool made from a plain function by :func:`tool`."""
+
+    def __init__(
+        self,
+        fn: ToolFunction,
+        *,
+        name: str | None,
+        description: str | None,
+        effect: Effect,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description or inspect.getdoc(fn) or ""
+        self.effect = effect
+        self._ctx_params, self.arguments = _arguments_model(fn, self.name)
+
+    def invoke(self, arguments: JsonObject, ctx: ToolContext) -> JsonValue:
+        values = dict(self.arguments.model_validate(arguments))
+        for param in self._ctx_params:
+            values[param] = ctx
+        result: JsonValue = self.fn(**values)
+        return result
+
+
+def _arguments_model(fn: ToolFunction, name: str) -> tuple[list[str], type[BaseModel]]:
+    hints = get_type_hints(fn)
+    ctx_params: list[str] = []
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        annotation = hints.get(param.name, Any)
+        if annotation is ToolContext:
+            ctx_params.append(param.name)
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    return ctx_params, model
+
+
+@overload
+def tool(fn: ToolFunction, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, effect: Effect = Effect.READ
+) -> Callable[[ToolFunction], FunctionTool]: ...
+
+
+def tool(
+    fn: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = Effect.READ,
+) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
+    """Turn a function into a tool; its type hints become the JSON schema.
+
+    A parameter annotated ``ToolContext`` is injected and never shown to the model.
+    """
+
+    def wrap(f: ToolFunction) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, effect=effect)
+
+    return wrap(fn) if fn is not None else wrap
