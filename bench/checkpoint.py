@@ -1,0 +1,158 @@
+"""Checkpoint round trip (suspend + decision + claim of one run) against a bare
+INSERT+COMMIT of a row of the same size, on the same PostgreSQL, in the same run.
+
+    .venv/bin/python -m bench.checkpoint [--quick] [--url postgresql://...]
+
+Prints a table of medians and ratios and appends the results, with the command,
+to bench/results/checkpoint.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from loop import AssistantMessage, SuspendedRunState, ToolCall, Usage, UserMessage
+from loop.state import PendingCall, turn_digest
+from persistence.db import make_engine
+from persistence.repository import RunRepository
+from tests.conftest import migrate
+
+SIZES = {"10KB": 10_000, "100KB": 100_000, "1MB": 1_000_000}
+LEASE = timedelta(seconds=60)
+Row = dict[str, float | str]
+RESULTS = Path(__file__).parent / "results" / "checkpoint.jsonl"
+
+
+def state_of_size(run_id: str, size: int) -> SuspendedRunState:
+    call = ToolCall("c1", "send_email", {"to": "a@example.com", "body": "hi"})
+    pending = (PendingCall(call.id, call.name, call.arguments, "write"),)
+    transcript = (UserMessage("x" * size), AssistantMessage(None, (call,)))
+    return SuspendedRunState(
+        run_id=run_id,
+        agent_name="mailer",
+        agent_fingerprint="f" * 64,
+        tool_names=("send_email",),
+        transcript=transcript,
+        pending_calls=pending,
+        iterations=1,
+        usage=Usage(10, 1),
+        max_iterations=10,
+        token_budget=None,
+        trace=(),
+        turn_digest=turn_digest(pending),
+    )
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def timed(fn: Callable[[int], None], i: int) -> float:
+    start = time.perf_counter()
+    fn(i)
+    return time.perf_counter() - start
+
+
+def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: int) -> Row:
+    print(f"[{label}] preparing {reps} runs…", file=sys.stderr, flush=True)
+    runs = []
+    for _ in range(reps):
+        run, _ = repo.create("mailer", "x")
+        repo.claim(run.id, "bench", LEASE)
+        runs.append((run.id, state_of_size(run.id, size)))
+    body = "x" * size
+
+    def bare(_: int) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO bare (body) VALUES (:b)"), {"b": body})
+
+    def round_trip(i: int) -> None:
+        run_id, state = runs[i]
+        repo.suspend(run_id, "bench", state, expires_at=None)
+        repo.record_decision(run_id, state.turn_digest, {"decision": "approve"})
+        claimed = repo.claim(run_id, "bench", LEASE)
+        assert claimed is not None
+        assert repo.load_state(claimed).turn_digest == state.turn_digest
+
+    bare(0)
+    print(f"[{label}] measuring…", file=sys.stderr, flush=True)
+    # interleaved, so that both see the same machine noise
+    base: list[float] = []
+    trip: list[float] = []
+    for i in range(reps):
+        base.append(timed(bare, i))
+        trip.append(timed(round_trip, i))
+    return {
+        "size": label,
+        "bare_insert_commit_ms": round(median_ms(base), 3),
+        "checkpoint_round_trip_ms": round(median_ms(trip), 3),
+        "ratio": round(median_ms(trip) / median_ms(base), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repetitions, for a smoke check")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(
+            "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        ),
+    )
+    args = parser.parse_args()
+    reps = 20 if args.quick else 200
+
+    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(args.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(args.url).set(database=name).render_as_string(hide_password=False)
+    try:
+        migrate(url)
+        engine = make_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE bare (id bigserial primary key, body text)"))
+        repo = RunRepository(engine)
+        rows = [measure(engine, repo, label, size, reps) for label, size in SIZES.items()]
+        engine.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    first = float(rows[0]["checkpoint_round_trip_ms"])
+    print(f"{'size':>6} {'bare ms':>9} {'round trip ms':>14} {'ratio':>6} {'vs 10KB':>8}")
+    for row in rows:
+        growth = float(row["checkpoint_round_trip_ms"]) / first
+        row["growth_vs_10KB"] = round(growth, 2)
+        print(
+            f"{row['size']:>6} {row['bare_insert_commit_ms']:>9.3f} "
+            f"{row['checkpoint_round_trip_ms']:>14.3f} {row['ratio']:>6.2f} {growth:>8.2f}"
+        )
+    record = {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m bench.checkpoint" + (" --quick" if args.quick else ""),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "repetitions": reps,
+        "results": rows,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Engines and sessions from ``AIRLOCK_DATABASE_URL``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+DEFAULT_DATABASE_URL = "sqlite:///./airlock.db"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class ConfigurationError(ValueError):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+def database_url() -> str:
+    return os.environ.get("AIRLOCK_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def normalise_url(url: str) -> str:
+    """Accept the usual spellings; PostgreSQL always goes through psycopg 3."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"AIRLOCK_DATABASE_URL is not a database URL: {url!r}") from exc
+    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise ConfigurationError(
+            f"AIRLOCK_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {url!r}"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+    url = normalise_url(url or database_url())
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        # pysqlite's own transaction handling defers BEGIN; take control so that
+        # every transaction starts with BEGIN IMMEDIATE and writers queue on the busy timeout.
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        return engine
+    # No pre-ping: it costs a round trip per checkout. A connection lost to a
+    # database restart raises, SQLAlchemy invalidates the pool, the task retries.
+    return create_engine(url, **kwargs)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

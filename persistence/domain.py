@@ -1,0 +1,121 @@
+"""The values the store hands out. ORM rows never leave `persistence/`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import JsonValue
+
+from loop import Usage
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE = frozenset(set(RunStatus) - TERMINAL)
+
+
+class CallStatus(StrEnum):
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: str
+    agent: str
+    status: RunStatus
+    termination: str | None
+    input: str
+    output: str | None
+    error: str | None
+    iterations: int
+    usage: Usage
+    turn_digest: str | None
+    has_checkpoint: bool
+    suspended_at: datetime | None
+    expires_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempts: int
+    idempotency_key: str | None
+    metadata: dict[str, JsonValue]
+    created_at: datetime
+    updated_at: datetime
+    version: int
+    checkpoint: str | None = field(default=None, repr=False, compare=False)
+    """The sealed checkpoint, only on a run handed out by ``claim``; open it with
+    ``RunRepository.load_state``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    run_id: str
+    seq: int
+    kind: str
+    payload: dict[str, JsonValue]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    run_id: str
+    call_id: str
+    tool: str
+    effect: str
+    status: CallStatus
+    result: str | None
+    is_error: bool
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    run_id: str
+    turn_digest: str
+    decision: dict[str, JsonValue]
+    approver: str | None
+    webhook_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionOutcome:
+    """What recording a decision did.
+
+    ``recorded``: this request won and moved the run to ``queued``.
+    ``duplicate``: the same decision (or webhook id) was already applied; ``stored`` is it.
+    ``conflict``: the run is not waiting, the digest is of another turn, or another
+    decision already won (``reason`` says which). ``not_found``: no such run.
+    """
+
+    result: Literal["recorded", "duplicate", "conflict", "not_found"]
+    stored: DecisionRecord | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    runs: tuple[Run, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    requeued: tuple[str, ...]
+    failed: tuple[str, ...]

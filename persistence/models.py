@@ -1,0 +1,158 @@
+"""SQLAlchemy 2 typed models. Alembic migrations are the only way the schema changes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on both databases (SQLite keeps naive text, so store naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use aware UTC datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT autoincrement on PostgreSQL; SQLite only autoincrements INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _partial(name: str, column: str, *, status: str) -> Index:
+    where = text(f"status {'IN' if status.startswith('(') else '='} {status}")
+    return Index(name, column, postgresql_where=where, sqlite_where=where)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+    }
+
+
+class AgentRun(Base):
+    __tablename__ = "agent_runs"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid(), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(32))
+    termination: Mapped[str | None] = mapped_column(String(32))
+    input: Mapped[str] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    iterations: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    suspended_state: Mapped[str | None] = mapped_column(Text)
+    turn_digest: Mapped[str | None] = mapped_column(String(64))
+    suspended_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    event_seq: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __table_args__ = (
+        # Partial indexes: a row is in one only while it has that status, so a
+        # transition touches few index entries and each index stays small.
+        _partial("ix_agent_runs_queued", "updated_at", status="'queued'"),
+        _partial("ix_agent_runs_waiting", "expires_at", status="'waiting_for_approval'"),
+        _partial("ix_agent_runs_leases", "lease_expires_at", status="'running'"),
+        _partial(
+            "ix_agent_runs_finished", "updated_at", status="('completed', 'failed', 'cancelled')"
+        ),
+        # keyset listing, newest first, optionally by agent
+        Index("ix_agent_runs_created_at_id", "created_at", "id"),
+        Index("ix_agent_runs_agent_created_at_id", "agent", "created_at", "id"),
+    )
+
+
+class RunEventRow(Base):
+    __tablename__ = "run_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+
+class ToolCallRow(Base):
+    __tablename__ = "tool_calls"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    call_id: Mapped[str] = mapped_column(String(200))
+    tool: Mapped[str] = mapped_column(String(200))
+    effect: Mapped[str] = mapped_column(String(32))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    result: Mapped[str | None] = mapped_column(Text)
+    is_error: Mapped[bool] = mapped_column(default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+    __table_args__ = (UniqueConstraint("run_id", "call_id"),)
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    turn_digest: Mapped[str] = mapped_column(String(64))
+    decision: Mapped[dict[str, Any]] = mapped_column(JSON)
+    approver: Mapped[str | None] = mapped_column(String(200))
+    webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)

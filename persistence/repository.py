@@ -1,0 +1,837 @@
+"""The run store. This class owns all SQL; every status change is one guarded UPDATE."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from pydantic import JsonValue
+from sqlalchemy import (
+    Engine,
+    Select,
+    Table,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from loop import StateError, SuspendedRunState, Usage
+from persistence.crypto import StateCipher
+from persistence.domain import (
+    ACTIVE,
+    TERMINAL,
+    CallStatus,
+    DecisionOutcome,
+    DecisionRecord,
+    LedgerEntry,
+    Page,
+    Reclaimed,
+    Run,
+    RunEvent,
+    RunStatus,
+)
+from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UnknownRunError(LookupError):
+    """No run has this id."""
+
+
+class BadCursorError(ValueError):
+    """The pagination cursor is malformed."""
+
+
+def parse_run_id(run_id: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        return None
+
+
+class RunRepository:
+    def __init__(
+        self, engine: Engine, *, cipher: StateCipher | None = None, clock: Clock = utcnow
+    ) -> None:
+        self.engine = engine
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "postgresql"
+            else None
+        )
+        self._cipher = cipher or StateCipher()
+        self._now = clock
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """A transaction for several statements."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _one(self) -> Iterator[Connection]:
+        """For one statement. On PostgreSQL it runs in autocommit: a single statement
+        is atomic on its own, and BEGIN and COMMIT would cost two more round trips.
+        On SQLite (local, no round trips) it is a normal transaction, so it may hold
+        several statements where PostgreSQL needs only one."""
+        if self._autocommit is None:
+            with self.engine.begin() as conn:
+                yield conn
+        else:
+            with self._autocommit.connect() as conn:
+                yield conn
+
+    # -- runs -----------------------------------------------------------------
+
+    def create(
+        self,
+        agent: str,
+        input: str,
+        *,
+        idempotency_key: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> tuple[Run, bool]:
+        """Insert a queued run. With a known idempotency key, return the first run instead."""
+        if idempotency_key is not None:
+            existing = self._by_idempotency_key(idempotency_key)
+            if existing is not None:
+                return existing, False
+        now = self._now()
+        values: dict[str, Any] = {
+            "id": uuid.uuid4(),
+            "agent": agent,
+            "status": RunStatus.QUEUED.value,
+            "termination": None,
+            "input": input,
+            "output": None,
+            "error": None,
+            "iterations": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "turn_digest": None,
+            "suspended_at": None,
+            "expires_at": None,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "attempts": 0,
+            "event_seq": 0,
+            "idempotency_key": idempotency_key,
+            "metadata": dict(metadata or {}),
+            "created_at": now,
+            "updated_at": now,
+            "version": 1,
+        }
+        try:
+            with self._one() as s:
+                s.execute(insert(RUNS).values(values))
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            existing = self._by_idempotency_key(idempotency_key)
+            if existing is None:
+                raise
+            return existing, False
+        return _to_run(values | {"has_checkpoint": False}), True
+
+    def _by_idempotency_key(self, key: str) -> Run | None:
+        with self._one() as s:
+            row = s.execute(_run_select().where(RUNS.c.idempotency_key == key)).first()
+            return _to_run(row._mapping) if row is not None else None
+
+    def get(self, run_id: str) -> Run | None:
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return None
+        with self._one() as s:
+            row = s.execute(_run_select().where(RUNS.c.id == rid)).first()
+            return _to_run(row._mapping) if row is not None else None
+
+    def require(self, run_id: str) -> Run:
+        run = self.get(run_id)
+        if run is None:
+            raise UnknownRunError(f"no run has id {run_id!r}")
+        return run
+
+    def _transition(
+        self,
+        session: Connection,
+        run_id: str,
+        expected: Sequence[RunStatus],
+        values: dict[str, Any],
+        *,
+        owner: str | None = None,
+        turn_digest: str | None = None,
+    ) -> bool:
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return False
+        conditions = [RUNS.c.id == rid, RUNS.c.status.in_([s.value for s in expected])]
+        if turn_digest is not None:
+            conditions.append(RUNS.c.turn_digest == turn_digest)
+        if owner is not None:
+            conditions.append(RUNS.c.lease_owner == owner)
+        result = session.execute(
+            update(RUNS)
+            .where(*conditions)
+            .values(updated_at=self._now(), version=RUNS.c.version + 1, **values)
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount) == 1
+
+    def claim(self, run_id: str, owner: str, lease: timedelta) -> Run | None:
+        """queued → running with a lease. Exactly one concurrent caller wins.
+
+        The claimed run carries its sealed checkpoint, so a segment starts with
+        one round trip.
+        """
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return None
+        now = self._now()
+        with self._one() as s:
+            row = s.execute(
+                update(RUNS)
+                .where(RUNS.c.id == rid, RUNS.c.status == RunStatus.QUEUED.value)
+                .values(
+                    status=RunStatus.RUNNING.value,
+                    lease_owner=owner,
+                    lease_expires_at=now + lease,
+                    attempts=RUNS.c.attempts + 1,
+                    updated_at=now,
+                    version=RUNS.c.version + 1,
+                )
+                .returning(*_RUN_COLUMNS, _HAS_CHECKPOINT, RUNS.c.suspended_state)
+            ).first()
+        if row is None:
+            return None
+        return _to_run(row._mapping, checkpoint=row.suspended_state)
+
+    def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
+        rid = parse_run_id(run_id)
+        with self._one() as s:
+            result = s.execute(
+                update(RUNS)
+                .where(
+                    RUNS.c.id == rid,
+                    RUNS.c.status == RunStatus.RUNNING.value,
+                    RUNS.c.lease_owner == owner,
+                )
+                .values(lease_expires_at=self._now() + lease)
+            )
+            return int(result.rowcount) == 1
+
+    def update_counters(self, run_id: str, owner: str, iterations: int, usage: Usage) -> bool:
+        """Keep the row's counters current while a segment runs. Never lowers them."""
+        rid = parse_run_id(run_id)
+        with self._one() as s:
+            result = s.execute(
+                update(RUNS)
+                .where(
+                    RUNS.c.id == rid,
+                    RUNS.c.status == RunStatus.RUNNING.value,
+                    RUNS.c.lease_owner == owner,
+                    RUNS.c.iterations <= iterations,
+                )
+                .values(
+                    iterations=iterations,
+                    prompt_tokens=func.max(RUNS.c.prompt_tokens, usage.prompt_tokens)
+                    if self.engine.dialect.name == "sqlite"
+                    else func.greatest(RUNS.c.prompt_tokens, usage.prompt_tokens),
+                    completion_tokens=func.max(RUNS.c.completion_tokens, usage.completion_tokens)
+                    if self.engine.dialect.name == "sqlite"
+                    else func.greatest(RUNS.c.completion_tokens, usage.completion_tokens),
+                )
+            )
+            return int(result.rowcount) == 1
+
+    def suspend(
+        self, run_id: str, owner: str, state: SuspendedRunState, expires_at: datetime | None
+    ) -> bool:
+        """running → waiting_for_approval, storing the checkpoint and the counters."""
+        with self._one() as s:
+            return self._transition(
+                s,
+                run_id,
+                [RunStatus.RUNNING],
+                {
+                    "status": RunStatus.WAITING_FOR_APPROVAL.value,
+                    "suspended_state": self._cipher.seal(state.to_json()),
+                    "turn_digest": state.turn_digest,
+                    "iterations": state.iterations,
+                    "prompt_tokens": state.usage.prompt_tokens,
+                    "completion_tokens": state.usage.completion_tokens,
+                    "suspended_at": self._now(),
+                    "expires_at": expires_at,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                },
+                owner=owner,
+            )
+
+    def finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        expected: Sequence[RunStatus] = (RunStatus.RUNNING,),
+        termination: str | None = None,
+        output: str | None = None,
+        error: str | None = None,
+        iterations: int | None = None,
+        usage: Usage | None = None,
+    ) -> bool:
+        """→ a terminal status; clears the lease, and the checkpoint unless the run failed."""
+        if not status.terminal:
+            raise ValueError(f"finish needs a terminal status, not {status}")
+        values: dict[str, Any] = {
+            "status": status.value,
+            "termination": termination,
+            "output": output,
+            "error": error,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "expires_at": None,
+        }
+        if status is not RunStatus.FAILED:
+            values |= {"suspended_state": None}
+        if iterations is not None:
+            values["iterations"] = iterations
+        if usage is not None:
+            values |= {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+            }
+        with self._one() as s:
+            return self._transition(s, run_id, expected, values, owner=owner)
+
+    def cancel(self, run_id: str) -> bool:
+        """Any non-terminal status → cancelled."""
+        return self.finish(
+            run_id, RunStatus.CANCELLED, expected=tuple(ACTIVE), termination="cancelled"
+        )
+
+    def retry(self, run_id: str) -> bool:
+        """failed → queued; the run continues from its last checkpoint."""
+        with self._one() as s:
+            return self._transition(
+                s,
+                run_id,
+                [RunStatus.FAILED],
+                {
+                    "status": RunStatus.QUEUED.value,
+                    "error": None,
+                    "termination": None,
+                    "attempts": 0,
+                },
+            )
+
+    def requeue(self, run_id: str, owner: str) -> bool:
+        """running → queued by the lease owner (a transient error: try again later)."""
+        with self._one() as s:
+            return self._transition(
+                s,
+                run_id,
+                [RunStatus.RUNNING],
+                {"status": RunStatus.QUEUED.value, "lease_owner": None, "lease_expires_at": None},
+                owner=owner,
+            )
+
+    def reclaim_expired_leases(self, max_attempts: int, limit: int = 500) -> Reclaimed:
+        """running runs whose lease expired (their worker died) → queued, or failed after
+        ``max_attempts`` claims."""
+        now = self._now()
+        requeued: list[str] = []
+        failed: list[str] = []
+        with self._tx() as s:
+            rows = s.execute(
+                select(RUNS.c.id, RUNS.c.attempts, RUNS.c.lease_owner)
+                .where(RUNS.c.status == RunStatus.RUNNING.value, RUNS.c.lease_expires_at < now)
+                .limit(limit)
+            ).all()
+            for rid, attempts, owner in rows:
+                give_up = attempts >= max_attempts
+                values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+                if give_up:
+                    values |= {
+                        "status": RunStatus.FAILED.value,
+                        "error": f"the run's worker was lost {attempts} times "
+                        f"(lease expired); giving up after {max_attempts} attempts",
+                    }
+                else:
+                    values["status"] = RunStatus.QUEUED.value
+                if self._transition(s, str(rid), [RunStatus.RUNNING], values, owner=owner):
+                    (failed if give_up else requeued).append(str(rid))
+        return Reclaimed(tuple(requeued), tuple(failed))
+
+    def stale_queued(self, older_than: timedelta, limit: int = 500) -> list[str]:
+        """Runs that sat queued longer than ``older_than``: their wake-up was probably lost."""
+        cutoff = self._now() - older_than
+        with self._one() as s:
+            ids = s.scalars(
+                select(RUNS.c.id)
+                .where(RUNS.c.status == RunStatus.QUEUED.value, RUNS.c.updated_at < cutoff)
+                .order_by(RUNS.c.updated_at)
+                .limit(limit)
+            ).all()
+        return [str(i) for i in ids]
+
+    def touch_queued(self, run_ids: Sequence[str]) -> None:
+        """Restart the "queued too long" clock of runs whose wake-up was just re-sent."""
+        rids = [r for r in (parse_run_id(i) for i in run_ids) if r is not None]
+        with self._one() as s:
+            s.execute(
+                update(RUNS)
+                .where(RUNS.c.id.in_(rids), RUNS.c.status == RunStatus.QUEUED.value)
+                .values(updated_at=self._now())
+            )
+
+    def expired_approvals(self, limit: int = 500) -> list[str]:
+        now = self._now()
+        with self._one() as s:
+            ids = s.scalars(
+                select(RUNS.c.id)
+                .where(
+                    RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value,
+                    RUNS.c.expires_at.is_not(None),
+                    RUNS.c.expires_at < now,
+                )
+                .order_by(RUNS.c.expires_at)
+                .limit(limit)
+            ).all()
+        return [str(i) for i in ids]
+
+    def load_state(self, run: Run) -> SuspendedRunState:
+        """The run's checkpoint, decrypted and verified. Raises ``StateError``."""
+        stored = run.checkpoint
+        if stored is None:
+            with self._one() as s:
+                stored = s.scalar(
+                    select(RUNS.c.suspended_state).where(RUNS.c.id == parse_run_id(run.id))
+                )
+        if stored is None:
+            raise StateError(f"run {run.id} has no checkpoint")
+        state = SuspendedRunState.from_json(self._cipher.open(stored))
+        if run.turn_digest is not None and state.turn_digest != run.turn_digest:
+            raise StateError("suspended state was tampered with: its digest is not the run's")
+        if state.run_id != run.id:
+            raise StateError("suspended state was tampered with: it belongs to another run")
+        return state
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest first, keyset-paginated on (created_at, id)."""
+        query = _run_select()
+        if status is not None:
+            query = query.where(RUNS.c.status == status.value)
+        if agent is not None:
+            query = query.where(RUNS.c.agent == agent)
+        if cursor is not None:
+            created, rid = _decode_cursor(cursor)
+            query = query.where(
+                or_(
+                    RUNS.c.created_at < created,
+                    and_(RUNS.c.created_at == created, RUNS.c.id < rid),
+                )
+            )
+        query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc()).limit(limit + 1)
+        with self._one() as s:
+            rows = s.execute(query).all()
+            runs = tuple(_to_run(r._mapping) for r in rows[:limit])
+        next_cursor = _encode_cursor(runs[-1]) if len(rows) > limit else None
+        return Page(runs, next_cursor)
+
+    def count_by_status(self) -> dict[RunStatus, int]:
+        with self._one() as s:
+            rows = s.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status)).all()
+        counts = dict.fromkeys(RunStatus, 0)
+        counts.update({RunStatus(status): int(n) for status, n in rows})
+        return counts
+
+    # -- events ---------------------------------------------------------------
+
+    def append_event(self, run_id: str, kind: str, payload: dict[str, JsonValue]) -> int:
+        """Append to the run's audit stream; ``seq`` is gap-free and unique per run.
+
+        The counter lives on the run row: the UPDATE takes the row lock, so
+        concurrent writers queue, and a rolled-back append gives its number back.
+        """
+        rid = parse_run_id(run_id)
+        bump = (
+            update(RUNS)
+            .where(RUNS.c.id == rid)
+            .values(event_seq=RUNS.c.event_seq + 1)
+            .returning(RUNS.c.event_seq)
+        )
+        values = {"kind": kind, "payload": payload, "created_at": self._now()}
+        with self._one() as s:
+            if self.engine.dialect.name == "postgresql":
+                cte = bump.cte("bumped")
+                source = select(
+                    literal(rid, RUNS.c.id.type),
+                    cte.c.event_seq,
+                    *(literal(v, EVENTS.c[k].type) for k, v in values.items()),
+                )
+                seq = s.execute(
+                    insert(EVENTS)
+                    .from_select(["run_id", "seq", *values], source)
+                    .returning(EVENTS.c.seq)
+                ).scalar_one_or_none()
+            else:
+                seq = s.execute(bump).scalar_one_or_none()
+                if seq is not None:
+                    s.execute(insert(EVENTS).values(run_id=rid, seq=seq, **values))
+            if seq is None:
+                raise UnknownRunError(f"no run has id {run_id!r}")
+        return int(seq)
+
+    def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
+        rid = parse_run_id(run_id)
+        with self._one() as s:
+            rows = s.execute(
+                select(EVENTS)
+                .where(EVENTS.c.run_id == rid, EVENTS.c.seq > after)
+                .order_by(EVENTS.c.seq)
+                .limit(limit)
+            ).all()
+            return [
+                RunEvent(str(r.run_id), r.seq, r.kind, dict(r.payload), r.created_at) for r in rows
+            ]
+
+    # -- decisions ------------------------------------------------------------
+
+    def record_decision(
+        self,
+        run_id: str,
+        turn_digest: str,
+        decision: dict[str, JsonValue],
+        *,
+        approver: str | None = None,
+        webhook_id: str | None = None,
+    ) -> DecisionOutcome:
+        """One transaction: the decision row (unique per turn) and waiting → queued.
+
+        Exactly one concurrent caller records; the others learn whether theirs
+        was the same decision (``duplicate``) or another (``conflict``).
+        """
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return DecisionOutcome("not_found")
+        now = self._now()
+        row: dict[str, Any] = {
+            "run_id": rid,
+            "turn_digest": turn_digest,
+            "decision": decision,
+            "approver": approver,
+            "webhook_id": webhook_id,
+            "created_at": now,
+        }
+        moved = (
+            update(RUNS)
+            .where(
+                RUNS.c.id == rid,
+                RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value,
+                RUNS.c.turn_digest == turn_digest,
+            )
+            .values(
+                status=RunStatus.QUEUED.value,
+                expires_at=None,
+                updated_at=now,
+                version=RUNS.c.version + 1,
+            )
+        )
+        try:
+            with self._one() as s:
+                if self.engine.dialect.name == "postgresql":
+                    # one round trip: the guarded UPDATE feeds the INSERT
+                    cte = moved.returning(RUNS.c.id).cte("moved")
+                    columns = [k for k in row if k != "run_id"]
+                    source = select(
+                        cte.c.id, *(literal(row[k], DECISIONS.c[k].type) for k in columns)
+                    )
+                    inserted = s.execute(
+                        insert(DECISIONS)
+                        .from_select(["run_id", *columns], source)
+                        .returning(DECISIONS.c.id)
+                    ).first()
+                    won = inserted is not None
+                else:
+                    won = int(s.execute(moved).rowcount) == 1
+                    if won:
+                        s.execute(insert(DECISIONS).values(row))
+                if not won:
+                    raise _NotWaitingError
+        except (IntegrityError, _NotWaitingError):
+            return self._explain_lost_decision(run_id, turn_digest, decision, webhook_id)
+        return DecisionOutcome(
+            "recorded", DecisionRecord(run_id, turn_digest, decision, approver, webhook_id, now)
+        )
+
+    def _explain_lost_decision(
+        self,
+        run_id: str,
+        turn_digest: str,
+        decision: dict[str, JsonValue],
+        webhook_id: str | None,
+    ) -> DecisionOutcome:
+        with self._one() as s:
+            if webhook_id is not None:
+                replay = (
+                    s.execute(select(DECISIONS).where(DECISIONS.c.webhook_id == webhook_id))
+                    .mappings()
+                    .first()
+                )
+                if replay is not None and str(replay["run_id"]) == run_id:
+                    return DecisionOutcome("duplicate", _to_decision(replay))
+                if replay is not None:
+                    return DecisionOutcome(
+                        "conflict", None, "this webhook-id was already used for another run"
+                    )
+            stored = self._decision(s, run_id, turn_digest)
+            if stored is not None:
+                if stored.decision == decision:
+                    return DecisionOutcome("duplicate", stored)
+                return DecisionOutcome(
+                    "conflict", stored, "another decision for this turn was already recorded"
+                )
+            status = s.scalar(select(RUNS.c.status).where(RUNS.c.id == uuid.UUID(run_id)))
+            if status is None:
+                return DecisionOutcome("not_found")
+            if status != RunStatus.WAITING_FOR_APPROVAL.value:
+                return DecisionOutcome("conflict", None, f"run is {status}, not waiting")
+            return DecisionOutcome(
+                "conflict", None, "turn_digest is not the digest of the turn that waits"
+            )
+
+    def _decision(self, s: Connection, run_id: str, turn_digest: str) -> DecisionRecord | None:
+        row = (
+            s.execute(
+                select(DECISIONS).where(
+                    DECISIONS.c.run_id == uuid.UUID(run_id), DECISIONS.c.turn_digest == turn_digest
+                )
+            )
+            .mappings()
+            .first()
+        )
+        return _to_decision(row) if row is not None else None
+
+    def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
+        with self._one() as s:
+            return self._decision(s, run_id, turn_digest)
+
+    # -- the tool-call ledger ---------------------------------------------------
+
+    def start_call(
+        self, run_id: str, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+    ) -> tuple[LedgerEntry, bool]:
+        """Record that a call is about to run (``True``), or return what the ledger
+        already holds for it (``False``)."""
+        rid = uuid.UUID(run_id)
+        try:
+            with self._one() as s:
+                row: dict[str, Any] = {
+                    "run_id": rid,
+                    "call_id": call_id,
+                    "tool": tool,
+                    "effect": effect,
+                    "arguments": arguments,
+                    "status": CallStatus.STARTED.value,
+                    "result": None,
+                    "is_error": False,
+                    "attempts": 1,
+                    "started_at": self._now(),
+                }
+                s.execute(insert(CALLS).values(row))
+                return _to_entry(row), True
+        except IntegrityError:
+            with self._one() as s:
+                existing = (
+                    s.execute(
+                        select(CALLS).where(CALLS.c.run_id == rid, CALLS.c.call_id == call_id)
+                    )
+                    .mappings()
+                    .one()
+                )
+                return _to_entry(existing), False
+
+    def restart_call(self, run_id: str, call_id: str) -> None:
+        """An in-doubt call is being run again (its tool is safe to repeat)."""
+        with self._one() as s:
+            s.execute(
+                update(CALLS)
+                .where(CALLS.c.run_id == uuid.UUID(run_id), CALLS.c.call_id == call_id)
+                .values(attempts=CALLS.c.attempts + 1, started_at=self._now())
+            )
+
+    def finish_call(self, run_id: str, call_id: str, result: str, *, is_error: bool) -> None:
+        status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
+        with self._one() as s:
+            s.execute(
+                update(CALLS)
+                .where(
+                    CALLS.c.run_id == uuid.UUID(run_id),
+                    CALLS.c.call_id == call_id,
+                    CALLS.c.status == CallStatus.STARTED.value,
+                )
+                .values(
+                    status=status.value, result=result, is_error=is_error, finished_at=self._now()
+                )
+            )
+
+    def in_doubt_calls(self, run_id: str) -> list[LedgerEntry]:
+        """Calls that started but never recorded a result: the worker died in between."""
+        with self._one() as s:
+            rows = s.execute(
+                select(CALLS).where(
+                    CALLS.c.run_id == uuid.UUID(run_id),
+                    CALLS.c.status == CallStatus.STARTED.value,
+                )
+            ).mappings()
+            return [_to_entry(r) for r in rows]
+
+    def ledger(self, run_id: str) -> list[LedgerEntry]:
+        with self._one() as s:
+            rows = s.execute(
+                select(CALLS).where(CALLS.c.run_id == uuid.UUID(run_id)).order_by(CALLS.c.id)
+            ).mappings()
+            return [_to_entry(r) for r in rows]
+
+    # -- retention --------------------------------------------------------------
+
+    def purge(
+        self,
+        older_than: timedelta,
+        *,
+        batch_size: int = 500,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete finished runs whose last activity is older than the window, with their
+        events, ledger and decisions, one bounded batch per transaction."""
+        cutoff = self._now() - older_than
+        removed = 0
+        while True:
+            with self._tx() as s:
+                ids = s.scalars(
+                    select(RUNS.c.id)
+                    .where(
+                        RUNS.c.status.in_([t.value for t in TERMINAL]),
+                        RUNS.c.updated_at < cutoff,
+                    )
+                    .limit(batch_size)
+                ).all()
+                if not ids:
+                    return removed
+                for table in (EVENTS, CALLS, DECISIONS):
+                    s.execute(delete(table).where(table.c.run_id.in_(ids)))
+                s.execute(
+                    delete(RUNS).where(
+                        RUNS.c.id.in_(ids), RUNS.c.status.in_([t.value for t in TERMINAL])
+                    )
+                )
+            removed += len(ids)
+            if progress is not None:
+                progress(removed)
+
+
+class _NotWaitingError(Exception):
+    """Internal: roll the decision back, the run was not waiting for this turn."""
+
+
+RUNS = cast(Table, AgentRun.__table__)
+DECISIONS = cast(Table, DecisionRow.__table__)
+EVENTS = cast(Table, RunEventRow.__table__)
+CALLS = cast(Table, ToolCallRow.__table__)
+_RUN_COLUMNS = [c for c in RUNS.c if c.name != "suspended_state"]
+_HAS_CHECKPOINT = RUNS.c.suspended_state.is_not(None).label("has_checkpoint")
+
+
+def _run_select() -> Select[Any]:
+    return select(*_RUN_COLUMNS, _HAS_CHECKPOINT)
+
+
+def _to_run(row: Mapping[Any, Any], checkpoint: str | None = None) -> Run:
+    return Run(
+        id=str(row["id"]),
+        agent=row["agent"],
+        status=RunStatus(row["status"]),
+        termination=row["termination"],
+        input=row["input"],
+        output=row["output"],
+        error=row["error"],
+        iterations=row["iterations"],
+        usage=Usage(row["prompt_tokens"], row["completion_tokens"]),
+        turn_digest=row["turn_digest"],
+        has_checkpoint=bool(row["has_checkpoint"]),
+        suspended_at=row["suspended_at"],
+        expires_at=row["expires_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        attempts=row["attempts"],
+        idempotency_key=row["idempotency_key"],
+        metadata=dict(row["metadata"] or {}),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        version=row["version"],
+        checkpoint=checkpoint,
+    )
+
+
+def _to_decision(row: Mapping[Any, Any]) -> DecisionRecord:
+    return DecisionRecord(
+        str(row["run_id"]),
+        row["turn_digest"],
+        dict(row["decision"]),
+        row["approver"],
+        row["webhook_id"],
+        row["created_at"],
+    )
+
+
+def _to_entry(row: Mapping[Any, Any]) -> LedgerEntry:
+    return LedgerEntry(
+        str(row["run_id"]),
+        row["call_id"],
+        row["tool"],
+        row["effect"],
+        CallStatus(row["status"]),
+        row["result"],
+        bool(row["is_error"]),
+        row["attempts"],
+    )
+
+
+def _encode_cursor(run: Run) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, rid = raw.split("|")
+        return datetime.fromisoformat(created), uuid.UUID(rid)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadCursorError(f"cursor {cursor!r} is not one this API returned") from exc

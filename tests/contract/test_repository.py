@@ -1,0 +1,372 @@
+"""The run store's contract, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import Engine, text
+
+from loop import StateError, Usage
+from persistence.crypto import StateCipher
+from persistence.domain import CallStatus, RunStatus
+from persistence.repository import BadCursorError, RunRepository, UnknownRunError
+from tests.conftest import FakeClock
+from tests.contract.helpers import APPROVE, DENY, LEASE, suspended_state, waiting_run
+
+
+@pytest.fixture
+def repo(engine: Engine, clock: FakeClock) -> RunRepository:
+    return RunRepository(engine, clock=clock)
+
+
+def test_create_and_get(repo: RunRepository) -> None:
+    run, created = repo.create("mailer", "Mail 42", metadata={"ticket": 7})
+    assert created
+    got = repo.require(run.id)
+    assert got == run
+    assert (got.status, got.iterations, got.usage, got.metadata) == (
+        RunStatus.QUEUED,
+        0,
+        Usage(0, 0),
+        {"ticket": 7},
+    )
+
+
+def test_idempotency_key_returns_the_first_run(repo: RunRepository) -> None:
+    first, created = repo.create("mailer", "a", idempotency_key="k-1")
+    again, created_again = repo.create("mailer", "b", idempotency_key="k-1")
+    assert created and not created_again
+    assert again.id == first.id and again.input == "a"
+
+
+@pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid", ""])
+def test_unknown_or_malformed_ids_are_not_found(repo: RunRepository, run_id: str) -> None:
+    assert repo.get(run_id) is None
+    assert repo.claim(run_id, "w", LEASE) is None
+    assert not repo.cancel(run_id)
+    with pytest.raises(UnknownRunError):
+        repo.require(run_id)
+
+
+def test_claim_is_a_guarded_transition(repo: RunRepository, clock: FakeClock) -> None:
+    run, _ = repo.create("mailer", "x")
+    claimed = repo.claim(run.id, "w1", LEASE)
+    assert claimed is not None
+    assert claimed.status is RunStatus.RUNNING
+    assert claimed.lease_owner == "w1"
+    assert claimed.lease_expires_at == clock.now + LEASE
+    assert claimed.attempts == 1
+    assert claimed.version == run.version + 1
+    assert repo.claim(run.id, "w2", LEASE) is None
+    assert repo.require(run.id).lease_owner == "w1"
+
+
+def test_only_the_lease_owner_renews(repo: RunRepository, clock: FakeClock) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.claim(run.id, "w1", LEASE)
+    clock.advance(seconds=10)
+    assert repo.renew_lease(run.id, "w1", LEASE)
+    assert not repo.renew_lease(run.id, "intruder", LEASE)
+    assert repo.require(run.id).lease_expires_at == clock.now + LEASE
+
+
+def test_suspend_stores_checkpoint_counters_and_digest(
+    repo: RunRepository, clock: FakeClock
+) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.claim(run.id, "w1", LEASE)
+    state = suspended_state(run.id)
+    assert not repo.suspend(run.id, "intruder", state, expires_at=None)
+    expires = clock.now + timedelta(hours=1)
+    assert repo.suspend(run.id, "w1", state, expires_at=expires)
+    waiting = repo.require(run.id)
+    assert waiting.status is RunStatus.WAITING_FOR_APPROVAL
+    assert (waiting.iterations, waiting.usage) == (2, Usage(30, 5))
+    assert waiting.turn_digest == state.turn_digest
+    assert (waiting.suspended_at, waiting.expires_at) == (clock.now, expires)
+    assert waiting.lease_owner is None and waiting.has_checkpoint
+    assert repo.load_state(waiting) == state
+
+
+def test_counters_are_kept_current_and_never_lowered(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.claim(run.id, "w1", LEASE)
+    assert repo.update_counters(run.id, "w1", 3, Usage(30, 4))
+    assert not repo.update_counters(run.id, "w1", 1, Usage(0, 0))
+    assert not repo.update_counters(run.id, "other", 9, Usage(90, 9))
+    current = repo.require(run.id)
+    assert (current.iterations, current.usage) == (3, Usage(30, 4))
+
+
+def test_decision_moves_waiting_to_queued_once(repo: RunRepository) -> None:
+    run, state = waiting_run(repo)
+    outcome = repo.record_decision(
+        run.id, state.turn_digest, APPROVE, approver="ann", webhook_id="wh-1"
+    )
+    assert outcome.result == "recorded"
+    assert outcome.stored is not None and outcome.stored.approver == "ann"
+    after = repo.require(run.id)
+    assert after.status is RunStatus.QUEUED
+    assert (after.iterations, after.usage) == (run.iterations, run.usage)
+
+    same = repo.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
+    assert same.result == "duplicate" and same.stored == outcome.stored
+    replay = repo.record_decision(run.id, state.turn_digest, DENY, webhook_id="wh-1")
+    assert replay.result == "duplicate" and replay.stored == outcome.stored
+    other = repo.record_decision(run.id, state.turn_digest, DENY)
+    assert other.result == "conflict" and other.reason is not None
+    assert "already recorded" in other.reason
+    assert repo.require(run.id).version == after.version
+
+
+def test_decision_for_another_turn_or_state_is_refused(repo: RunRepository) -> None:
+    run, state = waiting_run(repo)
+    wrong = repo.record_decision(run.id, "0" * 64, APPROVE)
+    assert wrong.result == "conflict" and "digest" in (wrong.reason or "")
+    assert repo.require(run.id) == run
+    assert repo.decision_for(run.id, "0" * 64) is None
+
+    queued, _ = repo.create("mailer", "y")
+    not_waiting = repo.record_decision(queued.id, state.turn_digest, APPROVE)
+    assert not_waiting.result == "conflict" and "not waiting" in (not_waiting.reason or "")
+    assert repo.record_decision(str(uuid.uuid4()), state.turn_digest, APPROVE).result == "not_found"
+
+
+def test_webhook_id_of_another_run_is_refused(repo: RunRepository) -> None:
+    first, s1 = waiting_run(repo)
+    second, s2 = waiting_run(repo)
+    assert (
+        repo.record_decision(first.id, s1.turn_digest, APPROVE, webhook_id="wh").result
+        == "recorded"
+    )
+    reused = repo.record_decision(second.id, s2.turn_digest, APPROVE, webhook_id="wh")
+    assert reused.result == "conflict"
+    assert repo.require(second.id).status is RunStatus.WAITING_FOR_APPROVAL
+
+
+def test_finish_clears_lease_and_checkpoint(repo: RunRepository) -> None:
+    run, state = waiting_run(repo)
+    repo.record_decision(run.id, state.turn_digest, APPROVE)
+    repo.claim(run.id, "w2", LEASE)
+    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="w1")
+    assert repo.finish(
+        run.id,
+        RunStatus.COMPLETED,
+        owner="w2",
+        termination="completed",
+        output="done",
+        iterations=3,
+        usage=Usage(40, 6),
+    )
+    done = repo.require(run.id)
+    assert (done.status, done.output, done.termination) == (
+        RunStatus.COMPLETED,
+        "done",
+        "completed",
+    )
+    assert not done.has_checkpoint and done.lease_owner is None and done.lease_expires_at is None
+    assert (done.iterations, done.usage) == (3, Usage(40, 6))
+    assert not repo.cancel(run.id)
+    assert not repo.finish(run.id, RunStatus.FAILED, expected=[RunStatus.RUNNING])
+
+
+def test_a_failed_run_keeps_its_checkpoint_and_can_be_retried(repo: RunRepository) -> None:
+    run, state = waiting_run(repo)
+    repo.record_decision(run.id, state.turn_digest, APPROVE)
+    repo.claim(run.id, "w2", LEASE)
+    assert repo.finish(run.id, RunStatus.FAILED, owner="w2", error="boom")
+    failed = repo.require(run.id)
+    assert failed.status is RunStatus.FAILED and failed.error == "boom" and failed.has_checkpoint
+    assert (failed.iterations, failed.usage) == (run.iterations, run.usage)
+    assert repo.retry(run.id)
+    again = repo.require(run.id)
+    assert again.status is RunStatus.QUEUED and again.error is None
+    assert repo.load_state(again) == state
+    assert not repo.retry(run.id)
+
+
+@pytest.mark.parametrize("status", ["queued", "running", "waiting_for_approval"])
+def test_cancel_from_any_active_status(repo: RunRepository, status: str) -> None:
+    run, _ = repo.create("mailer", "x")
+    if status != "queued":
+        repo.claim(run.id, "w1", LEASE)
+    if status == "waiting_for_approval":
+        repo.suspend(run.id, "w1", suspended_state(run.id), None)
+    assert repo.cancel(run.id)
+    cancelled = repo.require(run.id)
+    assert cancelled.status is RunStatus.CANCELLED and not cancelled.has_checkpoint
+    assert not repo.cancel(run.id)
+
+
+def test_expired_leases_are_requeued_then_failed(repo: RunRepository, clock: FakeClock) -> None:
+    run, _ = repo.create("mailer", "x")
+    live, _ = repo.create("mailer", "y")
+    repo.claim(run.id, "dead-worker", LEASE)
+    clock.advance(seconds=20)
+    repo.claim(live.id, "w2", LEASE)
+    clock.advance(seconds=15)
+    reclaimed = repo.reclaim_expired_leases(max_attempts=2)
+    assert reclaimed.requeued == (run.id,) and reclaimed.failed == ()
+    assert repo.require(run.id).status is RunStatus.QUEUED
+    assert repo.require(live.id).status is RunStatus.RUNNING
+    # the zombie worker can no longer write
+    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="dead-worker")
+
+    repo.claim(run.id, "dead-again", LEASE)
+    clock.advance(seconds=31)
+    reclaimed = repo.reclaim_expired_leases(max_attempts=2)
+    assert run.id in reclaimed.failed
+    failed = repo.require(run.id)
+    assert failed.status is RunStatus.FAILED and "giving up after 2 attempts" in (
+        failed.error or ""
+    )
+
+
+def test_stale_queued_runs_are_found_and_touched(repo: RunRepository, clock: FakeClock) -> None:
+    old, _ = repo.create("mailer", "x")
+    clock.advance(minutes=5)
+    fresh, _ = repo.create("mailer", "y")
+    assert repo.stale_queued(timedelta(minutes=1)) == [old.id]
+    repo.touch_queued([old.id])
+    assert repo.stale_queued(timedelta(minutes=1)) == []
+    assert fresh.id not in repo.stale_queued(timedelta(seconds=0))  # created "now"
+
+
+def test_expired_approvals(repo: RunRepository, clock: FakeClock) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.claim(run.id, "w1", LEASE)
+    repo.suspend(run.id, "w1", suspended_state(run.id), clock.now + timedelta(minutes=10))
+    waiting_run(repo)  # waits with no expiry: never listed
+    assert repo.expired_approvals() == []
+    clock.advance(minutes=11)
+    assert repo.expired_approvals() == [run.id]
+
+
+def test_keyset_pagination_with_filters(repo: RunRepository, clock: FakeClock) -> None:
+    ids = []
+    for i in range(7):
+        run, _ = repo.create("mailer" if i % 2 else "clerk", f"run {i}")
+        ids.append(run.id)
+        if i % 3 == 0:
+            clock.advance(seconds=1)  # some runs share a timestamp: the id breaks the tie
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = repo.list_runs(limit=3, cursor=cursor)
+        seen += [r.id for r in page.runs]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == sorted(ids) and len(seen) == 7
+    assert [r.agent for r in repo.list_runs(agent="clerk", limit=100).runs] == ["clerk"] * 4
+    repo.cancel(ids[0])
+    cancelled = repo.list_runs(status=RunStatus.CANCELLED).runs
+    assert [r.id for r in cancelled] == [ids[0]]
+    with pytest.raises(BadCursorError):
+        repo.list_runs(cursor="garbage!")
+
+
+def test_events_have_a_gap_free_sequence(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    seqs = [repo.append_event(run.id, "llm", {"n": i}) for i in range(5)]
+    assert seqs == [1, 2, 3, 4, 5]
+    events = repo.events(run.id)
+    assert [(e.seq, e.payload["n"]) for e in events] == [(i + 1, i) for i in range(5)]
+    assert [e.seq for e in repo.events(run.id, after=3)] == [4, 5]
+    with pytest.raises(UnknownRunError):
+        repo.append_event(str(uuid.uuid4()), "llm", {})
+
+
+def test_tool_call_ledger(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    entry, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+    assert fresh and entry.status is CallStatus.STARTED
+    again, fresh_again = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+    assert not fresh_again and again.status is CallStatus.STARTED
+    assert [e.call_id for e in repo.in_doubt_calls(run.id)] == ["c1"]
+    repo.finish_call(run.id, "c1", "sent", is_error=False)
+    repo.finish_call(run.id, "c1", "overwritten?", is_error=True)
+    done, _ = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+    assert (done.status, done.result, done.is_error) == (CallStatus.SUCCEEDED, "sent", False)
+    assert repo.in_doubt_calls(run.id) == []
+    repo.start_call(run.id, "c2", "upsert", "idempotent_write", {})
+    repo.restart_call(run.id, "c2")
+    assert [(e.call_id, e.attempts) for e in repo.ledger(run.id)] == [("c1", 1), ("c2", 2)]
+
+
+def test_state_is_encrypted_at_rest(engine: Engine, clock: FakeClock) -> None:
+    key = Fernet.generate_key().decode()
+    repo = RunRepository(engine, cipher=StateCipher(key), clock=clock)
+    run, state = waiting_run(repo)
+    with engine.connect() as conn:
+        stored = conn.execute(text("select suspended_state from agent_runs")).scalar_one()
+    assert stored.startswith("fernet:") and "send_email" not in stored
+    assert repo.load_state(run) == state
+
+    rotated = RunRepository(engine, cipher=StateCipher(f"{Fernet.generate_key().decode()},{key}"))
+    assert rotated.load_state(run) == state
+    with pytest.raises(StateError, match="cannot be decrypted"):
+        RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode())).load_state(run)
+    with pytest.raises(StateError, match="AIRLOCK_STATE_KEY is not set"):
+        RunRepository(engine).load_state(run)
+
+    tampered = stored[:-8] + ("A" * 8 if not stored.endswith("A" * 8) else "B" * 8)
+    with engine.begin() as conn:
+        conn.execute(text("update agent_runs set suspended_state = :s"), {"s": tampered})
+    with pytest.raises(StateError, match="cannot be decrypted"):
+        repo.load_state(run)
+
+
+def test_plaintext_state_is_refused_when_a_key_is_set(engine: Engine, clock: FakeClock) -> None:
+    run, _ = waiting_run(RunRepository(engine, clock=clock))
+    keyed = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    with pytest.raises(StateError, match="not encrypted"):
+        keyed.load_state(run)
+
+
+def test_tampered_plain_state_is_refused(repo: RunRepository, engine: Engine) -> None:
+    run, state = waiting_run(repo)
+    blob = state.to_json().replace("a@example.com", "mallory@example.com")
+    with engine.begin() as conn:
+        conn.execute(text("update agent_runs set suspended_state = :s"), {"s": blob})
+    with pytest.raises(StateError, match="tampered"):
+        repo.load_state(run)
+
+
+def test_bad_state_key_names_the_variable() -> None:
+    with pytest.raises(ValueError, match="AIRLOCK_STATE_KEY"):
+        StateCipher("not-a-key")
+
+
+def test_purge_removes_old_finished_runs_in_batches(repo: RunRepository, clock: FakeClock) -> None:
+    old = []
+    for i in range(5):
+        run, _ = repo.create("mailer", f"old {i}")
+        repo.append_event(run.id, "request", {})
+        repo.start_call(run.id, "c", "lookup", "read", {})
+        repo.cancel(run.id)
+        old.append(run.id)
+    waiting, _ = waiting_run(repo)
+    clock.advance(days=31)
+    recent, _ = repo.create("mailer", "recent")
+    repo.cancel(recent.id)
+    progress: list[int] = []
+    removed = repo.purge(timedelta(days=30), batch_size=2, progress=progress.append)
+    assert removed == 5
+    assert progress == [2, 4, 5]
+    assert all(repo.get(i) is None for i in old)
+    assert all(repo.events(i) == [] for i in old)
+    assert repo.get(waiting.id) is not None and repo.get(recent.id) is not None
+    assert repo.purge(timedelta(days=30)) == 0
+
+
+def test_count_by_status(repo: RunRepository) -> None:
+    a, _ = repo.create("mailer", "x")
+    repo.create("mailer", "y")
+    repo.cancel(a.id)
+    counts = repo.count_by_status()
+    assert counts[RunStatus.QUEUED] == 1 and counts[RunStatus.CANCELLED] == 1
+    assert counts[RunStatus.RUNNING] == 0
