@@ -32,6 +32,7 @@ from loop.runner import (
     ToolInvocation,
     ToolLoop,
     ToolOutcome,
+    check_decisions,
     run_directly,
 )
 from loop.state import SCHEMA_VERSION, PendingCall, SuspendedRunState
@@ -91,6 +92,7 @@ __all__ = [
     "TraceEntry",
     "Usage",
     "UserMessage",
+    "check_decisions",
     "event_payload",
     "requires_approval",
     "run_directly",

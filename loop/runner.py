@@ -406,3 +406,12 @@ def _not_executed(call: ToolCall) -> ToolResultMessage:
         f'Error: tool "{call.name}" was not executed: the run reached its limit.',
         is_error=True,
     )
+
+
+def check_decisions(
+    agent: Agent,
+    state: SuspendedRunState,
+    decisions: Approve | Deny | Mapping[str, CallDecision],
+) -> None:
+    """Refuse, before anything is recorded, decisions that ``resume`` would refuse."""
+    _resolve(agent, state, decisions)

@@ -195,20 +195,29 @@ class RunRepository:
         )
         return int(result.rowcount) == 1
 
-    def claim(self, run_id: str, owner: str, lease: timedelta) -> Run | None:
+    def claim(
+        self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
+    ) -> Run | None:
         """queued → running with a lease. Exactly one concurrent caller wins.
 
-        The claimed run carries its sealed checkpoint, so a segment starts with
-        one round trip.
+        ``take_over`` names an earlier owner whose claim this caller continues
+        (a task retried after the database went away mid-segment). The claimed
+        run carries its sealed checkpoint, so a segment starts with one round trip.
         """
         rid = parse_run_id(run_id)
         if rid is None:
             return None
         now = self._now()
+        claimable = RUNS.c.status == RunStatus.QUEUED.value
+        if take_over is not None:
+            claimable = or_(
+                claimable,
+                and_(RUNS.c.status == RunStatus.RUNNING.value, RUNS.c.lease_owner == take_over),
+            )
         with self._one() as s:
             row = s.execute(
                 update(RUNS)
-                .where(RUNS.c.id == rid, RUNS.c.status == RunStatus.QUEUED.value)
+                .where(RUNS.c.id == rid, claimable)
                 .values(
                     status=RunStatus.RUNNING.value,
                     lease_owner=owner,
@@ -217,11 +226,13 @@ class RunRepository:
                     updated_at=now,
                     version=RUNS.c.version + 1,
                 )
-                .returning(*_RUN_COLUMNS, _HAS_CHECKPOINT, RUNS.c.suspended_state)
+                .returning(*_RUN_COLUMNS, RUNS.c.suspended_state)
             ).first()
         if row is None:
             return None
-        return _to_run(row._mapping, checkpoint=row.suspended_state)
+        checkpoint = row.suspended_state
+        mapping = {**row._mapping, "has_checkpoint": checkpoint is not None}
+        return _to_run(mapping, checkpoint)
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         rid = parse_run_id(run_id)

@@ -60,6 +60,7 @@ def test_claim_is_a_guarded_transition(repo: RunRepository, clock: FakeClock) ->
     assert claimed.lease_expires_at == clock.now + LEASE
     assert claimed.attempts == 1
     assert claimed.version == run.version + 1
+    assert not claimed.has_checkpoint and claimed.checkpoint is None
     assert repo.claim(run.id, "w2", LEASE) is None
     assert repo.require(run.id).lease_owner == "w1"
 
@@ -185,6 +186,9 @@ def test_a_failed_run_keeps_its_checkpoint_and_can_be_retried(repo: RunRepositor
     again = repo.require(run.id)
     assert again.status is RunStatus.QUEUED and again.error is None
     assert repo.load_state(again) == state
+    reclaimed = repo.claim(run.id, "w3", LEASE)
+    assert reclaimed is not None and reclaimed.has_checkpoint and reclaimed.checkpoint
+    assert repo.load_state(reclaimed) == state
     assert not repo.retry(run.id)
 
 

@@ -1,0 +1,73 @@
+"""Agents for the integration tests. Their tools append to ``AIRLOCK_TEST_OUTBOX`` so a
+test can count, across processes, how often each call really ran."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import JsonValue
+
+from loop import Agent, Effect, ExpiryAction, ScriptedModel, ToolContext, tool
+
+
+def _record(name: str, ctx: ToolContext) -> None:
+    outbox = os.environ.get("AIRLOCK_TEST_OUTBOX")
+    if outbox:
+        with Path(outbox).open("a") as fh:  # O_APPEND: one short line is written whole
+            fh.write(f"{name} {ctx.idempotency_key}\n")
+
+
+@tool
+def lookup(q: str, ctx: ToolContext, seconds: float = 0.0) -> str:
+    """Look something up (read-only); may take a while."""
+    _record("lookup.start", ctx)
+    time.sleep(seconds)
+    _record("lookup", ctx)
+    return f"found {q}"
+
+
+@tool(effect=Effect.WRITE)
+def send_email(to: str, body: str, ctx: ToolContext, seconds: float = 0.0) -> str:
+    """Send an email (a write: needs approval)."""
+    _record("send_email.start", ctx)
+    time.sleep(seconds)
+    _record("send_email", ctx)
+    return f"sent to {to}"
+
+
+def w1(lookup_seconds: float = 0.0, send_seconds: float = 0.0) -> list[dict[str, JsonValue]]:
+    return [
+        {
+            "tool_calls": [{"name": "lookup", "arguments": {"q": "42", "seconds": lookup_seconds}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+        {
+            "tool_calls": [
+                {
+                    "name": "send_email",
+                    "arguments": {"to": "a@example.com", "body": "hi", "seconds": send_seconds},
+                }
+            ],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 3},
+        },
+        {"content": "done", "usage": {"prompt_tokens": 30, "completion_tokens": 4}},
+    ]
+
+
+def _agent(name: str, steps: list[dict[str, JsonValue]], **kwargs: object) -> Agent:
+    return Agent(name=name, model=ScriptedModel(steps), tools=[lookup, send_email], **kwargs)  # type: ignore[arg-type]
+
+
+AGENTS = [
+    _agent("w1", w1()),
+    _agent("slow_read", w1(lookup_seconds=4.0)),
+    _agent("slow_write", w1(send_seconds=4.0)),
+    _agent("very_slow_read", w1(lookup_seconds=16.0)),
+    _agent("expires_deny", w1(), approval_ttl=timedelta(seconds=1)),
+    _agent(
+        "expires_cancel", w1(), approval_ttl=timedelta(seconds=1), on_expiry=ExpiryAction.CANCEL
+    ),
+]

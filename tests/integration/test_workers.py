@@ -1,0 +1,197 @@
+"""Each loop segment is a Celery task in a real worker process, under real faults."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+import redis
+
+from persistence.domain import RunStatus
+from tests.integration.conftest import StackFactory
+from tests.integration.harness import Stack, wait_for
+from workers.decisions import DecisionBody
+from workers.service import ConflictError
+
+pytestmark = pytest.mark.integration
+
+
+def approve(stack: Stack, run_id: str, decision: str = "approve") -> None:
+    run = stack.run(run_id)
+    assert run.turn_digest is not None
+    body = DecisionBody(turn_digest=run.turn_digest, decision=decision, approver="ann")  # type: ignore[arg-type]
+    stack.service.record_decision(run_id, body, source="test")
+
+
+def send_key(run_id: str) -> str:
+    return f"send_email {run_id}:call_1_0"
+
+
+def test_w1_waits_without_a_worker_slot_then_completes_once(stack: Stack) -> None:
+    stack.worker(concurrency=1)
+    run, _ = stack.service.start_run("w1", "mail 42")
+    waiting = stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    assert (waiting.iterations, waiting.usage.prompt_tokens, waiting.usage.completion_tokens) == (
+        2, 30, 5,
+    )  # fmt: skip
+    assert waiting.lease_owner is None
+    # the only worker slot is free while the run waits: another run goes all the way
+    other, _ = stack.service.start_run("w1", "mail 43")
+    stack.wait_status(other.id, RunStatus.WAITING_FOR_APPROVAL)
+    assert stack.executions()[send_key(run.id)] == 0
+
+    approve(stack, run.id)
+    done = stack.wait_status(run.id, RunStatus.COMPLETED)
+    assert done.output == "done" and done.termination == "completed"
+    assert (done.iterations, done.usage.prompt_tokens, done.usage.completion_tokens) == (3, 60, 9)
+    assert stack.executions()[send_key(run.id)] == 1
+    assert not done.has_checkpoint
+    assert stack.kinds(run.id) == [
+        "request", "llm", "tool", "llm", "suspended", "decision", "resumed", "tool", "llm",
+        "completed",
+    ]  # fmt: skip
+
+
+def test_twenty_concurrent_approvals_resume_once(stack: Stack) -> None:
+    stack.worker()
+    run, _ = stack.service.start_run("w1", "mail")
+    waiting = stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    assert waiting.turn_digest is not None
+    results: Counter[str] = Counter()
+    barrier = threading.Barrier(20)
+
+    def decide(i: int) -> None:
+        body = DecisionBody(
+            turn_digest=waiting.turn_digest or "",
+            decision="approve" if i % 3 else "deny",
+            approver=f"approver-{i}",
+        )
+        barrier.wait()
+        try:
+            results[stack.service.record_decision(run.id, body, source="test").result] += 1
+        except ConflictError:
+            results["conflict"] += 1
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["recorded"] == 1 and sum(results.values()) == 20
+    done = stack.wait_status(run.id, RunStatus.COMPLETED)
+    assert stack.kinds(run.id).count("resumed") == 1
+    assert stack.kinds(run.id).count("decision") == 1
+    approved = stack.executions()[send_key(run.id)]
+    assert approved in (0, 1)  # 1 if an approval won, 0 if a denial did
+    assert done.status is RunStatus.COMPLETED
+
+
+def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> None:
+    worker = stack.worker()
+    stack.beat()
+    run, _ = stack.service.start_run("slow_read", "mail")
+    lookup_key = f"lookup {run.id}:call_0_0"
+    wait_for("the slow lookup to start", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
+    worker.kill()
+    assert stack.run(run.id).status is RunStatus.RUNNING
+    stack.worker()
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    assert stack.executions()[lookup_key] == 1  # the in-doubt read was run again, once
+    approve(stack, run.id)
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+    assert stack.executions()[send_key(run.id)] == 1
+
+
+def test_killed_worker_mid_write_fails_the_run_instead_of_writing_twice(stack: Stack) -> None:
+    worker = stack.worker()
+    stack.beat()
+    run, _ = stack.service.start_run("slow_write", "mail")
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    approve(stack, run.id)
+    wait_for("the write to start", lambda: stack.starts()[f"send_email.start {run.id}:call_1_0"])
+    worker.kill()
+    stack.worker()
+    failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
+    assert "started but its outcome was never recorded" in (failed.error or "")
+    assert stack.starts()[f"send_email.start {run.id}:call_1_0"] == 1
+    assert failed.has_checkpoint  # a failed run keeps its checkpoint for retry
+
+
+def test_lost_resume_message_is_re_sent_by_the_sweeper(stack: Stack) -> None:
+    worker = stack.worker()
+    run, _ = stack.service.start_run("w1", "mail")
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    worker.stop()
+    approve(stack, run.id)
+    broker = redis.Redis.from_url(stack.config["AIRLOCK_BROKER_URL"])
+    assert broker.llen("airlock") == 1
+    broker.flushdb()
+    broker.close()
+    stack.worker()
+    stack.beat()
+    stack.wait_status(run.id, RunStatus.COMPLETED, timeout=60)
+    assert stack.executions()[send_key(run.id)] == 1
+
+
+def test_a_segment_longer_than_the_visibility_timeout_runs_once(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str
+) -> None:
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_VISIBILITY_TIMEOUT="1",
+        AIRLOCK_LEASE_SECONDS="30",
+    )
+    stack.worker(concurrency=1)
+    run, _ = stack.service.start_run("very_slow_read", "mail")
+    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
+    # A worker restores unacked messages older than the visibility timeout when it
+    # starts polling (and every 100 s after): this one redelivers the running segment,
+    # which by the time it is up is older than 1 s.
+    second = stack.worker(concurrency=1)
+    wait_for("the redelivery", lambda: "'skipped'" in second.output(), timeout=30)
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+    assert stack.starts()[f"lookup.start {run.id}:call_0_0"] == 1
+    assert stack.executions()[f"lookup {run.id}:call_0_0"] == 1
+
+
+@pytest.mark.parametrize(
+    ("agent", "status"),
+    [("expires_deny", RunStatus.COMPLETED), ("expires_cancel", RunStatus.CANCELLED)],
+)
+def test_approval_expiry_applies_the_default_action(
+    stack: Stack, agent: str, status: RunStatus
+) -> None:
+    stack.worker()
+    stack.beat()
+    run, _ = stack.service.start_run(agent, "mail")
+    final = stack.wait_status(run.id, status, timeout=30)
+    assert "expired" in stack.kinds(run.id)
+    assert stack.executions()[send_key(run.id)] == 0
+    if status is RunStatus.COMPLETED:
+        decision = next(e for e in stack.service.repo.events(run.id) if e.kind == "decision")
+        assert decision.payload["decision"] == "deny"
+        assert decision.payload["reason"] == "approval expired"
+        assert decision.payload["source"] == "expiry"
+    assert final.status is status
+
+
+def test_the_same_story_on_embedded_defaults(embedded_stack: Stack) -> None:
+    stack = embedded_stack
+    worker = stack.worker()
+    stack.beat()
+    run, _ = stack.service.start_run("w1", "mail")
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    approve(stack, run.id)
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+    assert stack.executions()[send_key(run.id)] == 1
+
+    slow, _ = stack.service.start_run("slow_read", "mail")
+    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {slow.id}:call_0_0"])
+    worker.kill()
+    stack.worker()
+    stack.wait_status(slow.id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    approve(stack, slow.id)
+    stack.wait_status(slow.id, RunStatus.COMPLETED, timeout=30)
+    assert stack.executions()[send_key(slow.id)] == 1

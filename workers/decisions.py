@@ -1,0 +1,71 @@
+"""The decision payload every path shares (webhook, CLI, Python API), and its mapping
+to the loop's decisions."""
+
+from __future__ import annotations
+
+from typing import Literal, assert_never
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
+
+CallDecisionKind = Literal["approve", "deny", "edit"]
+
+
+class CallDecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: CallDecisionKind
+    arguments: dict[str, JsonValue] | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class DecisionBody(BaseModel):
+    """``{turn_digest, decision, reason?, approver?, calls?}``: what an approver sends."""
+
+    model_config = ConfigDict(extra="forbid")
+    turn_digest: str = Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=2000)
+    approver: str | None = Field(default=None, max_length=200)
+    calls: dict[str, CallDecisionBody] | None = None
+
+    def stored(self) -> dict[str, JsonValue]:
+        """The decision as recorded; two requests with equal ``stored()`` are the same decision."""
+        payload: dict[str, JsonValue] = {"decision": self.decision, "reason": self.reason}
+        if self.calls:
+            payload["calls"] = {
+                call_id: c.model_dump(mode="json", exclude_none=True)
+                for call_id, c in sorted(self.calls.items())
+            }
+        return payload
+
+
+def to_loop_decisions(
+    stored: dict[str, JsonValue], state: SuspendedRunState
+) -> Approve | Deny | dict[str, Approve | Deny | Edit]:
+    body = DecisionBody.model_validate({"turn_digest": state.turn_digest, **stored})
+    whole: Approve | Deny = (
+        Approve() if body.decision == "approve" else Deny(reason=body.reason or "")
+    )
+    if not body.calls:
+        return whole
+    decisions: dict[str, Approve | Deny | Edit] = {
+        call.id: whole for call in state.pending_calls if call.id not in body.calls
+    }
+    for call_id, call in body.calls.items():
+        decisions[call_id] = _one(call_id, call)
+    return decisions
+
+
+def _one(call_id: str, call: CallDecisionBody) -> Approve | Deny | Edit:
+    match call.decision:
+        case "approve":
+            return Approve()
+        case "deny":
+            return Deny(reason=call.reason or "")
+        case "edit":
+            if call.arguments is None:
+                raise DecisionError(f"edit of call {call_id} gives no arguments")
+            return Edit(arguments=call.arguments)
+        case _:
+            assert_never(call.decision)

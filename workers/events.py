@@ -1,0 +1,30 @@
+"""The loop's event sink for a run: every event goes to ``run_events`` as it happens,
+and the run row's counters are kept current after every model call."""
+
+from __future__ import annotations
+
+from loop import LoopEvent, Usage, event_payload
+from loop.events import DecisionApplied, ModelCalled, RunStarted
+from persistence.repository import RunRepository
+
+
+class RunEventSink:
+    def __init__(self, repo: RunRepository, run_id: str, owner: str, usage: Usage) -> None:
+        self._repo = repo
+        self._run_id = run_id
+        self._owner = owner
+        self._usage = usage
+
+    def emit(self, event: LoopEvent) -> None:
+        match event:
+            case RunStarted():
+                return  # the request event was written when the run was created
+            case DecisionApplied(source="operator"):
+                return  # written, with who decided, when the decision was recorded
+            case ModelCalled(iteration=iteration, usage=usage):
+                self._usage = self._usage + usage
+                self._repo.update_counters(self._run_id, self._owner, iteration, self._usage)
+        payload = event_payload(event)
+        kind = str(payload.pop("kind"))
+        payload.pop("run_id", None)
+        self._repo.append_event(self._run_id, kind, payload)

@@ -1,0 +1,57 @@
+"""The tool executor that makes an approved call effectively-once."""
+
+from __future__ import annotations
+
+from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
+from persistence.domain import CallStatus
+from persistence.repository import RunRepository
+
+
+class InDoubtCallError(AirlockError):
+    """A call started but never recorded a result, and its tool is not safe to repeat."""
+
+
+def safe_to_repeat(invocation: ToolInvocation) -> bool:
+    tool = invocation.tool
+    return tool.effect in (Effect.READ, Effect.IDEMPOTENT_WRITE) and not (
+        isinstance(tool, RequiresApproval) and tool.effect is Effect.READ
+    )
+
+
+class LedgerExecutor:
+    """Runs each call through the ``tool_calls`` ledger.
+
+    A call with a recorded result is not run again: the result is replayed. A
+    call found ``started`` without a result is in doubt (its worker died in
+    between): it is run again, with the same idempotency key, only when its
+    tool is read-only or an idempotent write; otherwise the run fails.
+    """
+
+    def __init__(self, repo: RunRepository, run_id: str) -> None:
+        self._repo = repo
+        self._run_id = run_id
+
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        call_id = invocation.context.call_id
+        entry, fresh = self._repo.start_call(
+            self._run_id,
+            call_id,
+            invocation.tool.name,
+            invocation.tool.effect.value,
+            invocation.arguments,
+        )
+        if not fresh:
+            if entry.status is not CallStatus.STARTED:
+                return ToolOutcome(entry.result or "", entry.is_error)
+            if not safe_to_repeat(invocation):
+                raise InDoubtCallError(
+                    f'call {call_id} of tool "{entry.tool}" started but its outcome was never '
+                    f"recorded (the worker was lost mid-call); the tool is a "
+                    f"{entry.effect} tool, so it is not run again. Check the target system "
+                    f"for idempotency key {invocation.context.idempotency_key} and finish the "
+                    f"run by hand."
+                )
+            self._repo.restart_call(self._run_id, call_id)
+        outcome = invocation.invoke()
+        self._repo.finish_call(self._run_id, call_id, outcome.content, is_error=outcome.is_error)
+        return outcome

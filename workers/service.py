@@ -1,0 +1,430 @@
+"""The use cases. Celery tasks, HTTP handlers and CLI commands are thin shells over these."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Literal, Protocol
+
+from pydantic import JsonValue
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from loop import (
+    Agent,
+    ApprovalRequired,
+    DecisionError,
+    LoopResult,
+    ModelError,
+    StateError,
+    SuspendedRunState,
+    ToolLoop,
+    Usage,
+    check_decisions,
+)
+from persistence.domain import Reclaimed, Run, RunStatus
+from persistence.repository import Clock, RunRepository, UnknownRunError, utcnow
+from workers.decisions import DecisionBody, to_loop_decisions
+from workers.events import RunEventSink
+from workers.ledger import LedgerExecutor
+from workers.registry import Registry, UnknownAgentError
+
+log = logging.getLogger("airlock")
+
+EventType = Literal["run.waiting_for_approval", "run.completed", "run.failed", "run.cancelled"]
+
+
+class Enqueue(Protocol):
+    def __call__(self, run_id: str, delay: float | None = None) -> None:
+        """Publish a wake-up for the run. Losing it is safe: the sweeper re-sends."""
+
+
+class Notify(Protocol):
+    def __call__(self, event_type: EventType, run_id: str) -> None:
+        """Tell the outside world a run started waiting or settled."""
+
+
+def no_notify(event_type: EventType, run_id: str) -> None:
+    del event_type, run_id
+
+
+class ConflictError(Exception):
+    """The run is not in a state that allows this."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    lease: timedelta = timedelta(seconds=60)
+    queued_stale_after: timedelta = timedelta(seconds=60)
+    max_attempts: int = 5
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 300.0
+
+
+class Outcome(StrEnum):
+    SKIPPED = "skipped"
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    FAILED = "failed"
+    RETRY = "retry"
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    outcome: Outcome
+    retry_in: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    """``recorded``: this request won (202). ``duplicate``: the same decision was already
+    applied (200)."""
+
+    result: Literal["recorded", "duplicate"]
+    decision: dict[str, JsonValue]
+    approver: str | None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    requeued_stale: tuple[str, ...]
+    reclaimed: Reclaimed
+    expired: tuple[str, ...] = ()
+
+
+def is_database_error(exc: BaseException) -> bool:
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ModelError):
+        return exc.retryable
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+@dataclass
+class Service:
+    repo: RunRepository
+    registry: Registry
+    enqueue: Enqueue
+    notify: Notify = no_notify
+    limits: Limits = field(default_factory=Limits)
+    clock: Clock = utcnow
+
+    # -- start ---------------------------------------------------------------------
+
+    def start_run(
+        self,
+        agent: str,
+        input: str,
+        *,
+        idempotency_key: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> tuple[Run, bool]:
+        """Create a queued run and wake a worker. The same idempotency key returns the
+        first run (``created`` is False) and enqueues nothing."""
+        self.registry.get(agent)
+        run, created = self.repo.create(
+            agent, input, idempotency_key=idempotency_key, metadata=metadata
+        )
+        if created:
+            self.repo.append_event(
+                run.id, "request", {"agent": agent, "input": input, "metadata": run.metadata}
+            )
+            self._wake(run.id)
+            log.info("run created", extra={"action": "run.created", "run_id": run.id})
+        return run, created
+
+    def _wake(self, run_id: str, delay: float | None = None) -> None:
+        try:
+            self.enqueue(run_id, delay)
+        except Exception:  # the run is queued in the database; the sweeper re-sends
+            log.warning(
+                "could not publish wake-up; the sweeper will re-send it",
+                extra={"action": "run.enqueue_failed", "run_id": run_id},
+                exc_info=True,
+            )
+
+    # -- segments ------------------------------------------------------------------
+
+    def run_segment(self, run_id: str, owner: str, take_over: str | None = None) -> SegmentResult:
+        """Claim the run, advance it to its next stop, record that stop, return.
+
+        A run that is not claimable (a duplicate or redelivered wake-up) is a no-op.
+        Database errors propagate: nothing can be recorded, the caller retries.
+        """
+        run = self.repo.claim(run_id, owner, self.limits.lease, take_over=take_over)
+        if run is None:
+            log.info(
+                "not claimable; skipped", extra={"action": "segment.skipped", "run_id": run_id}
+            )
+            return SegmentResult(Outcome.SKIPPED)
+        log.info("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
+        with _LeaseKeeper(self.repo, run_id, owner, self.limits.lease):
+            try:
+                return self._advance(run, owner)
+            except Exception as exc:
+                if is_database_error(exc):
+                    raise
+                if is_transient(exc) and run.attempts < self.limits.max_attempts:
+                    return self._retry_later(run, owner, exc)
+                return self._fail(run, owner, _describe(exc, run))
+
+    def _advance(self, run: Run, owner: str) -> SegmentResult:
+        agent = self.registry.get(run.agent)
+        state = self.repo.load_state(run) if run.has_checkpoint else None
+        sink = RunEventSink(self.repo, run.id, owner, state.usage if state else Usage())
+        loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id))
+        try:
+            if state is None:
+                result = loop.run(agent, run.input, run_id=run.id)
+            else:
+                record = self.repo.decision_for(run.id, state.turn_digest)
+                if record is None:
+                    raise StateError(f"run {run.id} has a checkpoint but no decision for its turn")
+                decisions = to_loop_decisions(record.decision, state)
+                result = loop.resume(agent, state, decisions, approver=record.approver)
+        except ApprovalRequired as pause:
+            return self._suspend(run, owner, agent, pause.state)
+        return self._complete(run, owner, result)
+
+    def _suspend(
+        self, run: Run, owner: str, agent: Agent, state: SuspendedRunState
+    ) -> SegmentResult:
+        expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
+        if not self.repo.suspend(run.id, owner, state, expires):
+            return self._lease_lost(run, owner)
+        log.info("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
+        self.notify("run.waiting_for_approval", run.id)
+        return SegmentResult(Outcome.SUSPENDED)
+
+    def _complete(self, run: Run, owner: str, result: LoopResult) -> SegmentResult:
+        finished = self.repo.finish(
+            run.id,
+            RunStatus.COMPLETED,
+            owner=owner,
+            termination=result.termination.value,
+            output=result.output,
+            iterations=result.iterations,
+            usage=result.usage,
+        )
+        if not finished:
+            return self._lease_lost(run, owner)
+        log.info("completed", extra={"action": "segment.completed", "run_id": run.id})
+        self.notify("run.completed", run.id)
+        return SegmentResult(Outcome.COMPLETED)
+
+    def _fail(self, run: Run, owner: str, error: str) -> SegmentResult:
+        if not self.repo.finish(run.id, RunStatus.FAILED, owner=owner, error=error):
+            return self._lease_lost(run, owner)
+        self.repo.append_event(run.id, "failed", {"error": error})
+        log.warning(error, extra={"action": "segment.failed", "run_id": run.id})
+        self.notify("run.failed", run.id)
+        return SegmentResult(Outcome.FAILED, error=error)
+
+    def _retry_later(self, run: Run, owner: str, exc: Exception) -> SegmentResult:
+        delay = min(self.limits.retry_max_delay, self.limits.retry_base_delay * 2**run.attempts)
+        delay *= random.uniform(0.5, 1.5)
+        if isinstance(exc, ModelError) and exc.retry_after:
+            delay = max(delay, exc.retry_after)
+        if not self.repo.requeue(run.id, owner):
+            return self._lease_lost(run, owner)
+        self.repo.append_event(
+            run.id, "retry", {"error": _describe(exc, run), "attempt": run.attempts, "delay": delay}
+        )
+        log.info("transient error; retrying", extra={"action": "segment.retry", "run_id": run.id})
+        self._wake(run.id, delay)
+        return SegmentResult(Outcome.RETRY, retry_in=delay, error=str(exc))
+
+    def _lease_lost(self, run: Run, owner: str) -> SegmentResult:
+        log.warning(
+            "lost the run's lease before recording the segment; another worker owns it now",
+            extra={"action": "segment.lease_lost", "run_id": run.id, "owner": owner},
+        )
+        return SegmentResult(Outcome.LEASE_LOST)
+
+    # -- decisions -----------------------------------------------------------------
+
+    def record_decision(
+        self,
+        run_id: str,
+        body: DecisionBody,
+        *,
+        source: str,
+        approver: str | None = None,
+        webhook_id: str | None = None,
+    ) -> DecisionResult:
+        """Record a decision for the turn that waits and wake a worker to resume.
+
+        Raises ``UnknownRunError`` (no such run), ``DecisionError`` (malformed for this
+        turn: unknown call ids, edits that fail the tool's schema) and ``ConflictError``
+        (not waiting, another turn, or another decision already won).
+        """
+        run = self.repo.get(run_id)
+        if run is None:
+            raise UnknownRunError(f"no run has id {run_id!r}")
+        approver = body.approver or approver
+        stored = body.stored()
+        if run.status is RunStatus.WAITING_FOR_APPROVAL and run.turn_digest == body.turn_digest:
+            self._validate(run, stored)
+        outcome = self.repo.record_decision(
+            run.id, body.turn_digest, stored, approver=approver, webhook_id=webhook_id
+        )
+        match outcome.result:
+            case "recorded":
+                self._audit_decision(run, body, stored, approver, source)
+                self._wake(run.id)
+                return DecisionResult("recorded", stored, approver)
+            case "duplicate":
+                assert outcome.stored is not None
+                return DecisionResult("duplicate", outcome.stored.decision, outcome.stored.approver)
+            case "not_found":
+                raise UnknownRunError(f"no run has id {run_id!r}")
+            case "conflict":
+                raise ConflictError(outcome.reason or "the decision was not applied")
+
+    def _validate(self, run: Run, stored: dict[str, JsonValue]) -> None:
+        try:
+            agent = self.registry.get(run.agent)
+        except UnknownAgentError as exc:
+            raise ConflictError(f"{exc}; the run cannot be resumed here") from exc
+        state = self.repo.load_state(run)
+        check_decisions(agent, state, to_loop_decisions(stored, state))
+
+    def _audit_decision(
+        self,
+        run: Run,
+        body: DecisionBody,
+        stored: dict[str, JsonValue],
+        approver: str | None,
+        source: str,
+    ) -> None:
+        self.repo.append_event(
+            run.id,
+            "decision",
+            {"turn_digest": body.turn_digest, "approver": approver, "source": source, **stored},
+        )
+
+    def pending(self, run: Run) -> SuspendedRunState | None:
+        """The suspended turn an approver must see, while the run waits."""
+        if run.status is not RunStatus.WAITING_FOR_APPROVAL:
+            return None
+        return self.repo.load_state(run)
+
+    # -- operator actions ----------------------------------------------------------
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        run = self.repo.require(run_id)
+        if not self.repo.cancel(run_id):
+            current = self.repo.require(run_id)
+            raise ConflictError(f"run is {current.status}; only unfinished runs can be cancelled")
+        self.repo.append_event(run_id, "cancelled", {"by": by, "was": run.status.value})
+        self.notify("run.cancelled", run_id)
+        return self.repo.require(run_id)
+
+    def retry(self, run_id: str, *, by: str | None = None) -> Run:
+        """A failed run continues from its last checkpoint; the ledger keeps executed
+        calls from running again."""
+        run = self.repo.require(run_id)
+        if not self.repo.retry(run_id):
+            raise ConflictError(f"run is {run.status}; only failed runs can be retried")
+        self.repo.append_event(run_id, "retry", {"by": by, "previous_error": run.error})
+        self._wake(run_id)
+        return self.repo.require(run_id)
+
+    def expire_approvals(self) -> tuple[str, ...]:
+        """Apply each agent's expiry action to runs that waited past ``approval_ttl``."""
+        expired: list[str] = []
+        for run_id in self.repo.expired_approvals():
+            run = self.repo.get(run_id)
+            if run is None or run.turn_digest is None:
+                continue
+            action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
+            self.repo.append_event(run_id, "expired", {"action": str(action or "cancel")})
+            if action == "deny":
+                body = DecisionBody(
+                    turn_digest=run.turn_digest, decision="deny", reason="approval expired"
+                )
+                try:
+                    self.record_decision(run_id, body, source="expiry", approver="airlock")
+                except ConflictError:
+                    continue  # decided or cancelled meanwhile
+            else:
+                try:
+                    self.cancel(run_id, by="airlock:expiry")
+                except ConflictError:
+                    continue
+            expired.append(run_id)
+        return tuple(expired)
+
+    def sweep(self) -> SweepReport:
+        """Recover what a broker dropped or a dead worker left behind."""
+        reclaimed = self.repo.reclaim_expired_leases(self.limits.max_attempts)
+        for run_id in reclaimed.failed:
+            self.repo.append_event(run_id, "failed", {"error": "worker lost too many times"})
+            self.notify("run.failed", run_id)
+        stale = self.repo.stale_queued(self.limits.queued_stale_after)
+        self.repo.touch_queued(stale)
+        for run_id in (*reclaimed.requeued, *stale):
+            self._wake(run_id)
+        if reclaimed.requeued or reclaimed.failed or stale:
+            log.info(
+                "swept",
+                extra={
+                    "action": "sweep.done",
+                    "requeued": len(reclaimed.requeued),
+                    "failed": len(reclaimed.failed),
+                    "stale": len(stale),
+                },
+            )
+        return SweepReport(tuple(stale), reclaimed)
+
+    def purge(self, older_than: timedelta, *, progress: Callable[[int], None] | None = None) -> int:
+        return self.repo.purge(older_than, progress=progress)
+
+
+class _LeaseKeeper:
+    """Renews the lease while a segment runs, so a long segment is not reclaimed."""
+
+    def __init__(self, repo: RunRepository, run_id: str, owner: str, lease: timedelta) -> None:
+        self._repo = repo
+        self._run_id = run_id
+        self._owner = owner
+        self._lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self._lease.total_seconds() / 3):
+            try:
+                if not self._repo.renew_lease(self._run_id, self._owner, self._lease):
+                    log.warning(
+                        "lease lost",
+                        extra={"action": "lease.lost", "run_id": self._run_id},
+                    )
+                    return
+            except Exception:
+                log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
+
+
+def _describe(exc: BaseException, run: Run) -> str:
+    if isinstance(exc, StateError):
+        return f"refusing to resume run {run.id}: {exc}"
+    if isinstance(exc, DecisionError | UnknownAgentError):
+        return str(exc)
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
