@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
+from alembic import command as alembic_command
 from persistence.db import ConfigurationError
 from workers.settings import settings
 
