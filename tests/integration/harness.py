@@ -131,9 +131,9 @@ class Stack:
         self.tmp = tmp
         self.outbox = tmp / "outbox.txt"
         self.outbox.touch()
-        self.settings = Settings(
-            **{k.removeprefix("AIRLOCK_").lower(): v for k, v in config.items()}
-        )  # type: ignore[arg-type]
+        self.settings = Settings.model_validate(
+            {k.removeprefix("AIRLOCK_").lower(): v for k, v in config.items()}
+        )
         self.celery: Celery = make_app(self.settings)
         self.service: Service = build_service(self.settings, self.enqueue)
         self.processes: list[Process] = []

@@ -17,10 +17,10 @@ from workers.service import ConflictError
 pytestmark = pytest.mark.integration
 
 
-def approve(stack: Stack, run_id: str, decision: str = "approve") -> None:
+def approve(stack: Stack, run_id: str) -> None:
     run = stack.run(run_id)
     assert run.turn_digest is not None
-    body = DecisionBody(turn_digest=run.turn_digest, decision=decision, approver="ann")  # type: ignore[arg-type]
+    body = DecisionBody(turn_digest=run.turn_digest, decision="approve", approver="ann")
     stack.service.record_decision(run_id, body, source="test")
 
 
