@@ -3,12 +3,14 @@ PostgreSQL servers that a test may restart or kill without disturbing the shared
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from celery import Celery
+from sqlalchemy.exc import OperationalError
 
 from persistence.domain import Run, RunStatus
 from workers.celery_app import RUN_SEGMENT, make_app
@@ -169,7 +172,10 @@ class Stack:
 
     def wait_status(self, run_id: str, *statuses: RunStatus, timeout: float = 30.0) -> Run:
         def probe() -> Run | None:
-            run = self.run(run_id)
+            try:
+                run = self.run(run_id)
+            except OperationalError:  # our own view of a database being restarted
+                return None
             return run if run.status in statuses else None
 
         return wait_for(
@@ -205,11 +211,12 @@ class PrivateRedis:
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is not installed"
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=(self.dir / "log").open("ab"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with (self.dir / "log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                 "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         wait_for("private redis", self._ping, 10)
 
     def _ping(self) -> bool:
@@ -236,10 +243,13 @@ def postgres_bin(name: str) -> str | None:
 class PrivatePostgres:
     """A PostgreSQL cluster of the test's own (initdb + pg_ctl), run as the postgres user."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self) -> None:
         self.port = free_port()
-        self.dir = tmp / "pgdata"
-        self.log = tmp / "postgres.log"
+        # not under pytest's tmp_path: its folders are private to root, and the
+        # server runs as the postgres user
+        self.root = Path(tempfile.mkdtemp(prefix="airlock-pg-"))
+        self.dir = self.root / "data"
+        self.log = self.root / "postgres.log"
 
     @property
     def url(self) -> str:
@@ -254,8 +264,8 @@ class PrivatePostgres:
         assert initdb, "initdb is not installed"
         self.dir.mkdir(mode=0o700)
         if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
             shutil.chown(self.dir, "postgres", "postgres")
-            shutil.chown(self.dir.parent, "postgres", "postgres")
         self._as_postgres([initdb, "-D", str(self.dir), "-A", "trust", "-U", "postgres"])
         self.start()
 
@@ -275,3 +285,8 @@ class PrivatePostgres:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
