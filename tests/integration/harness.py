@@ -170,7 +170,9 @@ class Stack:
     def run(self, run_id: str) -> Run:
         return self.service.repo.require(run_id)
 
-    def wait_status(self, run_id: str, *statuses: RunStatus, timeout: float = 30.0) -> Run:
+    def wait_status(
+        self, run_id: str, *statuses: RunStatus, timeout: float = 30.0, interval: float = 0.05
+    ) -> Run:
         def probe() -> Run | None:
             try:
                 run = self.run(run_id)

@@ -1,0 +1,30 @@
+"""Agents for the benchmarks: an instant model and no-op tools."""
+
+from __future__ import annotations
+
+from loop import Agent, Effect, ScriptedModel, tool
+
+
+@tool
+def lookup(q: str) -> str:
+    return q
+
+
+@tool(effect=Effect.WRITE)
+def send_email(to: str) -> str:
+    return to
+
+
+INSTANT = Agent(name="instant", model=ScriptedModel([{"content": "done"}]))
+W1 = Agent(
+    name="w1",
+    tools=[lookup, send_email],
+    model=ScriptedModel(
+        [
+            {"tool_calls": [{"name": "lookup", "arguments": {"q": "42"}}]},
+            {"tool_calls": [{"name": "send_email", "arguments": {"to": "a@example.com"}}]},
+            {"content": "done"},
+        ]
+    ),
+)
+AGENTS = [INSTANT, W1]

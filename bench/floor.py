@@ -1,0 +1,29 @@
+"""The floor of our own stack: a no-op Celery task hop on the same broker, with the same
+Celery configuration as Airlock's, that does one INSERT+COMMIT on the same PostgreSQL.
+
+A worker runs it as ``celery -A bench.floor worker``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sqlalchemy import Engine, text
+
+from persistence.db import make_engine
+from workers.celery_app import make_app
+from workers.settings import settings
+
+app = make_app(settings())
+FLOOR = "bench.floor.v1"
+
+
+@lru_cache(maxsize=1)
+def engine() -> Engine:
+    return make_engine(settings().database_url)
+
+
+@app.task(name=FLOOR)
+def floor(n: int) -> None:
+    with engine().begin() as conn:
+        conn.execute(text("INSERT INTO bench_floor (n) VALUES (:n)"), {"n": n})

@@ -1,0 +1,167 @@
+"""Per-segment cost and approve→finished latency through a real worker.
+
+    .venv/bin/python -m bench.segment [--quick]
+
+1. Floor: N no-op task hops (``bench.floor``, one INSERT+COMMIT each) through a real
+   worker on Redis + PostgreSQL; time per hop at saturation.
+2. Airlock: N runs of an instant agent (one model call, no tools: one segment each)
+   through a real Airlock worker on the same broker and database; time per segment.
+3. Latency: M runs of W1 (read tool, then a gated write); each is approved once it
+   waits, and the time from the decision to ``completed`` is measured.
+
+Prints ratios and appends results, with the command, to bench/results/segment.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from persistence.domain import RunStatus
+from tests.conftest import migrate
+from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
+from workers.decisions import DecisionBody
+
+RESULTS = Path(__file__).parent / "results" / "segment.jsonl"
+PG = os.environ.get(
+    "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/12"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n, m = (100, 10) if args.quick else (1000, 100)
+
+    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG).set(database=name).render_as_string(hide_password=False)
+    tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
+    redis.Redis.from_url(REDIS).flushdb()
+    config = {
+        "AIRLOCK_DATABASE_URL": url,
+        "AIRLOCK_BROKER_URL": REDIS,
+        "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+        "AIRLOCK_HOME": str(tmp / "home"),
+    }
+    stack = Stack(config, tmp)
+    try:
+        migrate(url)
+        with stack.service.repo.engine.begin() as conn:
+            conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
+        floor = measure_floor(stack, n)
+        segment = measure_segments(stack, n)
+        latencies = measure_latency(stack, m)
+    finally:
+        stack.close()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    latencies.sort()
+    result = {
+        "floor_ms_per_hop": round(floor * 1000, 3),
+        "airlock_ms_per_segment": round(segment * 1000, 3),
+        "segment_cost_ratio": round(segment / floor, 2),
+        "runs_per_s": round(1 / segment, 1),
+        "approve_to_completed_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "approve_to_completed_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+    }
+    for key, value in result.items():
+        print(f"{key:>30}: {value}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    with RESULTS.open("a") as fh:
+        record = {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": "python -m bench.segment" + (" --quick" if args.quick else ""),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+            "n": n,
+            "m": m,
+            "results": result,
+        }
+        fh.write(json.dumps(record) + "\n")
+
+
+def measure_floor(stack: Stack, n: int) -> float:
+    progress(f"floor: {n} task hops with one commit each…")
+    argv_worker = celery_worker(stack.config, stack.outbox, stack.tmp / "floor.log", "floor")
+    argv_worker.argv[argv_worker.argv.index("workers")] = "bench.floor"
+    argv_worker.start()
+    try:
+        wait_ready(argv_worker)
+        engine = stack.service.repo.engine
+
+        def count() -> int:
+            with engine.connect() as conn:
+                return int(conn.execute(text("SELECT count(*) FROM bench_floor")).scalar_one())
+
+        def hops() -> None:
+            for i in range(n):
+                stack.celery.send_task("bench.floor.v1", (i,))
+            wait_for("the floor tasks", lambda: count() >= n, timeout=600, interval=0.01)
+
+        return timed(hops) / n
+    finally:
+        argv_worker.stop()
+
+
+def measure_segments(stack: Stack, n: int) -> float:
+    progress(f"airlock: {n} one-segment runs…")
+    stack.worker()
+    repo = stack.service.repo
+
+    def runs() -> None:
+        for _ in range(n):
+            stack.service.start_run("instant", "go")
+        wait_for(
+            "the runs",
+            lambda: repo.count_by_status()[RunStatus.COMPLETED] >= n,
+            timeout=600,
+            interval=0.01,
+        )
+
+    return timed(runs) / n
+
+
+def measure_latency(stack: Stack, m: int) -> list[float]:
+    progress(f"latency: {m} W1 runs, approve → completed…")
+    out = []
+    for _ in range(m):
+        run, _ = stack.service.start_run("w1", "mail")
+        waiting = stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+        body = DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve")
+        start = time.perf_counter()
+        stack.service.record_decision(run.id, body, source="bench")
+        stack.wait_status(run.id, RunStatus.COMPLETED, interval=0.002)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+if __name__ == "__main__":
+    main()
