@@ -475,6 +475,17 @@ class RunRepository:
         next_cursor = _encode_cursor(runs[-1]) if len(rows) > limit else None
         return Page(runs, next_cursor)
 
+    def oldest_waiting(self) -> datetime | None:
+        with self._one() as s:
+            value: datetime | None = s.scalar(
+                select(func.min(RUNS.c.suspended_at)).where(
+                    RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value
+                )
+            )
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
     def count_by_status(self) -> dict[RunStatus, int]:
         with self._one() as s:
             rows = s.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status)).all()

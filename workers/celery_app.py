@@ -15,7 +15,9 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_process_init
+from pydantic import JsonValue
 
+from workers.notify import DeliveryError, build_event, deliver
 from workers.runtime import service
 from workers.service import EventType, is_database_error
 from workers.settings import Settings, settings
@@ -88,6 +90,8 @@ def enqueue_segment(run_id: str, delay: float | None = None) -> None:
 
 def notify_run(event_type: EventType, run_id: str) -> None:
     log.info(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
+    if settings().notify_url:
+        notify.apply_async((event_type, run_id))
 
 
 @worker_process_init.connect
@@ -115,6 +119,39 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
             countdown=_backoff(self.request.retries),
             kwargs={"run_id": run_id, "take_over": owner},
         ) from exc
+
+
+@app.task(bind=True, name=NOTIFY, max_retries=10)
+def notify(
+    self: Task[Any, Any],
+    event_type: EventType,
+    run_id: str,
+    event: dict[str, JsonValue] | None = None,
+) -> int:
+    """Deliver one notification; retried with backoff under the same webhook-id, carrying
+    the event as first built, so receivers can deduplicate."""
+    config = settings()
+    if not config.notify_url:
+        return 0
+    event = event or build_event(service(), event_type, run_id)
+    webhook_id = f"msg_{self.request.id}"
+    attempt = self.request.retries + 1
+    record: dict[str, JsonValue] = {
+        "type": event_type,
+        "webhook_id": webhook_id,
+        "attempt": attempt,
+    }
+    try:
+        delivery = deliver(config.notify_url, config.notify_secret, event, webhook_id=webhook_id)
+    except DeliveryError as exc:
+        service().repo.append_event(run_id, "notify_failed", {**record, "error": str(exc)})
+        raise self.retry(
+            exc=exc,
+            countdown=_backoff(self.request.retries),
+            kwargs={"event_type": event_type, "run_id": run_id, "event": event},
+        ) from exc
+    service().repo.append_event(run_id, "notified", {**record, "status": delivery.status_code})
+    return delivery.status_code
 
 
 @app.task(name=SWEEP)

@@ -55,9 +55,26 @@ def beat(ctx: typer.Context) -> None:
     celery.start(["beat", *ctx.args])
 
 
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+) -> None:
+    """Serve the HTTP API (workers.api:app) with uvicorn."""
+    import uvicorn  # noqa: PLC0415 - load the server on demand
+
+    settings()  # fail now, naming the variable, on bad configuration
+    uvicorn.run("workers.api:app", host=host, port=port, workers=workers)
+
+
 def main() -> None:
     try:
         app()
     except ConfigurationError as exc:
         typer.secho(f"airlock: {exc}", err=True, fg="red")
         raise SystemExit(2) from exc
+
+
+if __name__ == "__main__":
+    main()

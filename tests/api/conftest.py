@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from standardwebhooks import Webhook
+
+from persistence.db import make_engine
+from persistence.repository import RunRepository
+from workers.api import create_app
+from workers.registry import Registry
+from workers.service import Service
+from workers.settings import Settings
+
+SECRET = "whsec_" + base64.b64encode(b"airlock-test-secret-0123456789ab").decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"airlock-old-secret-0123456789abc").decode()
+TOKEN = "test-token"
+
+
+@dataclass
+class Api:
+    client: TestClient
+    service: Service
+    enqueued: list[str] = field(default_factory=list)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {TOKEN}"}
+
+    def create(self, agent: str = "w1", **extra: Any) -> dict[str, Any]:
+        response = self.client.post(
+            "/v1/runs", json={"agent": agent, "input": "mail 42", **extra}, headers=self.headers()
+        )
+        assert response.status_code in (200, 201), response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        response = self.client.get(f"/v1/runs/{run_id}", headers=self.headers())
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def segment(self, run_id: str) -> None:
+        self.service.run_segment(run_id, f"test-{uuid.uuid4().hex[:6]}")
+
+    def waiting(self, agent: str = "w1") -> dict[str, Any]:
+        run = self.create(agent)
+        self.segment(run["id"])
+        view = self.run(run["id"])
+        assert view["status"] == "waiting_for_approval", view
+        return view
+
+    def approve(
+        self,
+        run_id: str,
+        body: dict[str, Any],
+        *,
+        secret: str = SECRET,
+        webhook_id: str | None = None,
+        timestamp: float | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        data = raw if raw is not None else json.dumps(body).encode()
+        webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
+        ts = int(timestamp if timestamp is not None else time.time())
+        from datetime import UTC, datetime
+
+        signature = Webhook(secret).sign(
+            webhook_id, datetime.fromtimestamp(ts, UTC), data.decode(errors="replace")
+        )
+        sent = {
+            "webhook-id": webhook_id,
+            "webhook-timestamp": str(ts),
+            "webhook-signature": signature,
+            "content-type": "application/json",
+        }
+        if headers is not None:
+            sent = headers
+        return self.client.post(f"/v1/runs/{run_id}/approval", content=data, headers=sent)
+
+
+def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}") -> Api:
+    config = Settings.model_validate(
+        {
+            "database_url": url,
+            "agents": "tests.integration.agents:AGENTS",
+            "webhook_secret": webhook_secret,
+            "api_token": TOKEN,
+        }
+    )
+    enqueued: list[str] = []
+    service = Service(
+        repo=RunRepository(make_engine(url)),
+        registry=Registry.from_paths(config.agents),
+        enqueue=lambda run_id, delay=None: enqueued.append(run_id),
+    )
+    app = create_app(service, config, check_broker=lambda: None)
+    return Api(TestClient(app), service, enqueued)
+
+
+@pytest.fixture
+def api(db_url: str) -> Iterator[Api]:
+    api = make_api(db_url)
+    yield api
+    api.service.repo.engine.dispose()

@@ -1,0 +1,36 @@
+"""Property: no request generated from the OpenAPI schema makes the API answer 5xx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from tests.api.conftest import TOKEN, make_api
+from tests.conftest import migrate
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _schema() -> schemathesis.BaseSchema:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="airlock-fuzz-"))
+    url = f"sqlite:///{folder / 'fuzz.db'}"
+    migrate(url)
+    api = make_api(url)
+    view = api.waiting()  # so that some generated requests find a waiting run
+    del view
+    return schemathesis.openapi.from_asgi("/openapi.json", api.client.app)
+
+
+schema = _schema()
+
+
+@schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_5xx(case: schemathesis.Case) -> None:  # type: ignore[type-arg]
+    response = case.call(headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code < 500, (case.method, case.path, response.text)

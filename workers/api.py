@@ -1,0 +1,362 @@
+"""The HTTP API (``workers.api:app``, served by ``airlock api``): enqueue and read runs,
+and the signed approval webhook. Handlers are thin shells over the service."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from sqlalchemy import text
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from loop import DecisionError, StateError
+from persistence.domain import RunStatus
+from persistence.repository import BadCursorError, UnknownRunError, utcnow
+from workers.decisions import DecisionBody
+from workers.registry import UnknownAgentError
+from workers.service import ConflictError, Service
+from workers.settings import Settings
+from workers.views import event_view, run_view
+
+log = logging.getLogger("airlock")
+
+MAX_BODY = 1024 * 1024
+MAX_APPROVAL_BODY = 64 * 1024
+
+
+class ProblemError(Exception):
+    """An error answered as application/problem+json."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+
+
+def problem_response(status: int, title: str, detail: str) -> JSONResponse:
+    return JSONResponse(
+        {"type": "about:blank", "title": title, "status": status, "detail": detail},
+        status_code=status,
+        media_type="application/problem+json",
+    )
+
+
+class CreateRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1, max_length=200)
+    input: str = Field(max_length=MAX_BODY)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+    metadata: dict[str, JsonValue] | None = None
+
+
+class Metrics:
+    def __init__(self, service: Service) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "airlock_decisions_total", "Decisions received, by outcome", ["result"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.rejections = Counter(
+            "airlock_webhook_rejections_total", "Approval webhooks refused, by reason", ["reason"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.registry.register(_StoreCollector(service))
+
+
+class _StoreCollector(Collector):
+    """Read at scrape time from the database: the source of truth."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def collect(self) -> Any:
+        by_status = GaugeMetricFamily("airlock_runs", "Runs by status", labels=["status"])
+        for status, count in self._service.repo.count_by_status().items():
+            by_status.add_metric([status.value], count)
+        yield by_status
+        oldest = self._service.repo.oldest_waiting()
+        age = (utcnow() - oldest).total_seconds() if oldest else 0.0
+        yield GaugeMetricFamily(
+            "airlock_oldest_waiting_approval_seconds", "Age of the oldest waiting run", value=age
+        )
+
+
+def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
+    app = FastAPI(
+        title="Airlock",
+        version="0.1.0",
+        description="Durable, human-approved LLM agent tool calls.",
+    )
+    metrics = Metrics(service)
+    secrets = [s for s in (config.webhook_secret or "").replace(",", " ").split() if s]
+    if not config.api_token:
+        log.warning(
+            "AIRLOCK_API_TOKEN is not set: the run endpoints accept unauthenticated requests",
+            extra={"action": "api.open"},
+        )
+    _errors(app, metrics)
+    _run_routes(app, service, config)
+    _approval_route(app, service, [Webhook(s) for s in secrets], metrics)
+    _operations(app, service, metrics, check_broker)
+    return app
+
+
+def _errors(app: FastAPI, metrics: Metrics) -> None:
+    @app.exception_handler(ProblemError)
+    async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
+        return problem_response(exc.status, exc.title, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(422, "Unprocessable request", _explain(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem_response(exc.status_code, str(exc.detail), str(exc.detail))
+
+    @app.middleware("http")
+    async def _limit_body(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        limit = MAX_APPROVAL_BODY if request.url.path.endswith("/approval") else MAX_BODY
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            if request.url.path.endswith("/approval"):
+                metrics.rejections.labels("too_large").inc()
+            return problem_response(413, "Body too large", f"the limit is {limit} bytes")
+        return await call_next(request)
+
+
+def _finder(service: Service) -> tuple[Callable[[str], Any], Callable[[Any], dict[str, JsonValue]]]:
+    def found(run_id: str) -> Any:
+        run = service.repo.get(run_id)
+        if run is None:
+            raise ProblemError(404, "Not found", f"no run has id {run_id!r}")
+        return run
+
+    def view(run: Any) -> dict[str, JsonValue]:
+        try:
+            return run_view(service, run)
+        except StateError as exc:
+            raise ProblemError(409, "Unreadable state", str(exc)) from exc
+
+    return found, view
+
+
+def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
+    found, view = _finder(service)
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        if not config.api_token:
+            return
+        expected = f"Bearer {config.api_token}"
+        if authorization is None or not hmac.compare_digest(authorization, expected):
+            raise ProblemError(
+                401, "Unauthorized", "send Authorization: Bearer <AIRLOCK_API_TOKEN>"
+            )
+
+    auth = [Depends(authorised)]
+
+    @app.post("/v1/runs", status_code=201, dependencies=auth)
+    def create_run(body: CreateRun, response: Response) -> dict[str, JsonValue]:
+        try:
+            run, created = service.start_run(
+                body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
+            )
+        except UnknownAgentError as exc:
+            raise ProblemError(422, "Unknown agent", str(exc)) from exc
+        if not created:
+            response.status_code = 200
+        return view(run)
+
+    @app.get("/v1/runs", dependencies=auth)
+    def list_runs(
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        cursor: str | None = None,
+    ) -> dict[str, JsonValue]:
+        try:
+            page = service.repo.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
+        except BadCursorError as exc:
+            raise ProblemError(422, "Bad cursor", str(exc)) from exc
+        return {"runs": [view(r) for r in page.runs], "next_cursor": page.next_cursor}
+
+    @app.get("/v1/runs/{run_id}", dependencies=auth)
+    def get_run(run_id: str) -> dict[str, JsonValue]:
+        return view(found(run_id))
+
+    @app.get("/v1/runs/{run_id}/events", dependencies=auth)
+    def run_events(
+        run_id: str,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    ) -> dict[str, JsonValue]:
+        found(run_id)
+        events = service.repo.events(run_id, after=after, limit=limit)
+        return {"events": [event_view(e) for e in events]}
+
+    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
+    def cancel(run_id: str) -> dict[str, JsonValue]:
+        found(run_id)
+        try:
+            return view(service.cancel(run_id, by="api"))
+        except ConflictError as exc:
+            raise ProblemError(409, "Conflict", str(exc)) from exc
+
+    @app.post("/v1/runs/{run_id}/retry", status_code=202, dependencies=auth)
+    def retry(run_id: str) -> dict[str, JsonValue]:
+        found(run_id)
+        try:
+            return view(service.retry(run_id, by="api"))
+        except ConflictError as exc:
+            raise ProblemError(409, "Conflict", str(exc)) from exc
+
+
+def _approval_route(
+    app: FastAPI, service: Service, verifiers: list[Webhook], metrics: Metrics
+) -> None:
+    @app.post(
+        "/v1/runs/{run_id}/approval",
+        status_code=202,
+        responses={200: {"description": "a replay, or the same decision again"}},
+    )
+    async def approval(run_id: str, request: Request, response: Response) -> dict[str, JsonValue]:
+        raw = await request.body()
+        if len(raw) > MAX_APPROVAL_BODY:
+            metrics.rejections.labels("too_large").inc()
+            raise ProblemError(413, "Body too large", f"the limit is {MAX_APPROVAL_BODY} bytes")
+        webhook_id = _verify(verifiers, raw, dict(request.headers), metrics)
+        body = _parse_decision(raw, metrics)
+        try:
+            result = await run_in_threadpool(
+                service.record_decision, run_id, body, source="webhook", webhook_id=webhook_id
+            )
+        except UnknownRunError as exc:
+            metrics.decisions.labels("not_found").inc()
+            raise ProblemError(404, "Not found", f"no run has id {run_id!r}") from exc
+        except ConflictError as exc:
+            metrics.decisions.labels("conflict").inc()
+            raise ProblemError(409, "Conflict", str(exc)) from exc
+        except DecisionError as exc:
+            metrics.decisions.labels("invalid").inc()
+            raise ProblemError(422, "Decision refused", str(exc)) from exc
+        except StateError as exc:
+            raise ProblemError(409, "Unreadable state", str(exc)) from exc
+        metrics.decisions.labels(result.result).inc()
+        if result.result == "duplicate":
+            response.status_code = 200
+        return {
+            "run_id": run_id,
+            "result": result.result,
+            "decision": result.decision,
+            "approver": result.approver,
+        }
+
+
+def _operations(
+    app: FastAPI, service: Service, metrics: Metrics, check_broker: Callable[[], None]
+) -> None:
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        checks: dict[str, str] = {}
+        try:
+            with service.repo.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+        except Exception as exc:
+            checks["database"] = f"unreachable: {type(exc).__name__}"
+        try:
+            check_broker()
+            checks["broker"] = "ok"
+        except Exception as exc:
+            checks["broker"] = f"unreachable: {type(exc).__name__}"
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse({"status": "ok" if ok else "unavailable", **checks}, 200 if ok else 503)
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _verify(verifiers: list[Webhook], raw: bytes, headers: dict[str, str], metrics: Metrics) -> str:
+    if not verifiers:
+        metrics.rejections.labels("not_configured").inc()
+        raise ProblemError(503, "Approvals disabled", "AIRLOCK_WEBHOOK_SECRET is not set")
+    webhook_id = headers.get("webhook-id")
+    if not (webhook_id and headers.get("webhook-timestamp") and headers.get("webhook-signature")):
+        metrics.rejections.labels("missing_headers").inc()
+        raise ProblemError(
+            401, "Unsigned", "webhook-id, webhook-timestamp and webhook-signature are required"
+        )
+    timestamp = headers["webhook-timestamp"]
+    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > 300:
+        metrics.rejections.labels("timestamp").inc()
+        raise ProblemError(401, "Bad timestamp", "webhook-timestamp is not within 5 minutes of now")
+    for verifier in verifiers:  # several secrets while one is rotated out
+        try:
+            verifier.verify(raw, headers, json_parse=False)
+            return webhook_id
+        except (WebhookVerificationError, ValueError, UnicodeDecodeError):
+            continue
+    metrics.rejections.labels("signature").inc()
+    raise ProblemError(401, "Bad signature", "no webhook-signature matches the configured secret")
+
+
+def _parse_decision(raw: bytes, metrics: Metrics) -> DecisionBody:
+    try:
+        return DecisionBody.model_validate_json(raw)
+    except ValidationError as exc:
+        metrics.rejections.labels("malformed").inc()
+        raise ProblemError(
+            422, "Malformed decision", _explain(exc.errors(include_url=False))
+        ) from exc
+
+
+def _explain(errors: Any) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors
+    )
+
+
+def default_app() -> FastAPI:
+    from workers.celery_app import app as celery  # noqa: PLC0415 - wiring
+    from workers.runtime import service  # noqa: PLC0415
+    from workers.settings import settings  # noqa: PLC0415
+
+    def check_broker() -> None:
+        with celery.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+
+    return create_app(service(), settings(), check_broker=check_broker)
+
+
+_app: FastAPI | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # ``uvicorn workers.api:app`` builds the app on first access, not at import.
+    global _app  # noqa: PLW0603
+    if name == "app":
+        if _app is None:
+            _app = default_app()
+        return _app
+    raise AttributeError(name)

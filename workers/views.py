@@ -1,0 +1,61 @@
+"""The run view: what the API returns and what notifications carry. Never the raw state."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import JsonValue
+
+from persistence.domain import Run, RunEvent
+from workers.service import Service
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
+    state = service.pending(run)
+    pending: JsonValue = None
+    if state is not None:
+        pending = {
+            "turn_digest": state.turn_digest,
+            "calls": [
+                {
+                    "id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "effect": c.effect,
+                    "requires_approval": c.requires_approval,
+                }
+                for c in state.pending_calls
+            ],
+            "suspended_at": iso(run.suspended_at),
+            "expires_at": iso(run.expires_at),
+        }
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status.value,
+        "termination": run.termination,
+        "iterations": run.iterations,
+        "usage": {
+            "prompt_tokens": run.usage.prompt_tokens,
+            "completion_tokens": run.usage.completion_tokens,
+        },
+        "output": run.output,
+        "error": run.error,
+        "metadata": run.metadata,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "pending": pending,
+    }
+
+
+def event_view(event: RunEvent) -> dict[str, JsonValue]:
+    return {
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": event.payload,
+        "created_at": iso(event.created_at),
+    }
