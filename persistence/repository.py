@@ -475,6 +475,27 @@ class RunRepository:
         next_cursor = _encode_cursor(runs[-1]) if len(rows) > limit else None
         return Page(runs, next_cursor)
 
+    def finished_since(self, since: datetime) -> dict[RunStatus, int]:
+        """Runs that reached a terminal status after ``since``, by status."""
+        with self._one() as s:
+            rows = s.execute(
+                select(RUNS.c.status, func.count())
+                .where(RUNS.c.status.in_([t.value for t in TERMINAL]), RUNS.c.updated_at >= since)
+                .group_by(RUNS.c.status)
+            ).all()
+        return {RunStatus(status): int(n) for status, n in rows}
+
+    def expired_lease_count(self) -> int:
+        with self._one() as s:
+            return int(
+                s.execute(
+                    select(func.count()).where(
+                        RUNS.c.status == RunStatus.RUNNING.value,
+                        RUNS.c.lease_expires_at < self._now(),
+                    )
+                ).scalar_one()
+            )
+
     def oldest_waiting(self) -> datetime | None:
         with self._one() as s:
             value: datetime | None = s.scalar(

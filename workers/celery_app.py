@@ -35,7 +35,7 @@ QUEUE = "airlock"
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
         folder = config.broker_folder.resolve()
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         # Measured here: ~50 ms round trips at 0.05 s polling. A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
@@ -43,6 +43,7 @@ def broker_options(config: Settings) -> dict[str, Any]:
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
             "store_processed": False,
             "polling_interval": 0.05,
         }

@@ -1,34 +1,93 @@
-"""The ``airlock`` command: a thin shell over the service layer."""
+"""The ``airlock`` command: a thin shell over the service layer.
+
+Exit codes: 0 done · 1 refused (the run is not in a state that allows it) ·
+2 bad usage or configuration · 4 no such run.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from alembic.config import Config as AlembicConfig
+from pydantic import JsonValue
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
 
 from alembic import command as alembic_command
+from loop import DecisionError, StateError
 from persistence.db import ConfigurationError
+from persistence.domain import Run, RunStatus
+from persistence.repository import BadCursorError, UnknownRunError, utcnow
+from workers.decisions import CallDecisionBody, DecisionBody
+from workers.registry import UnknownAgentError
+from workers.service import ConflictError, Service
 from workers.settings import settings
+from workers.views import event_view, run_view
 
 ROOT = Path(__file__).resolve().parent.parent
+console = Console()
+errors = Console(stderr=True)
 
 app = typer.Typer(
     name="airlock",
     help="Durable, human-approved LLM agent tool calls on Celery.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+runs_app = typer.Typer(help="Inspect runs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(runs_app, name="runs")
 
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    errors.print(f"[red]airlock:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def service() -> Service:
+    from workers.runtime import service as build  # noqa: PLC0415 - wiring on demand
+
+    return build()
+
+
+def require_run(run_id: str) -> Run:
+    run = service().repo.get(run_id)
+    if run is None:
+        fail(f"no run has id {run_id!r}", 4)
+    return run
+
+
+def emit(value: JsonValue) -> None:
+    typer.echo(json.dumps(value, indent=2))
+
+
+def parse_duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
+    n, unit = int(match[1]), match[2]
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+# -- schema and processes -----------------------------------------------------------------
 
 
 def alembic_config(url: str) -> AlembicConfig:
     cfg = AlembicConfig(str(ROOT / "alembic.ini"))
     cfg.attributes["url"] = url
+    cfg.attributes["configure_logging"] = False
     return cfg
 
 
@@ -36,7 +95,7 @@ def alembic_config(url: str) -> AlembicConfig:
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
     alembic_command.upgrade(alembic_config(settings().database_url), revision)
-    typer.echo(f"database at {settings().database_url} is at revision {revision}")
+    typer.echo(f"database {settings().database_url} upgraded to {revision}")
 
 
 @app.command(context_settings=PASSTHROUGH)
@@ -64,15 +123,306 @@ def api(
     """Serve the HTTP API (workers.api:app) with uvicorn."""
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
-    settings()  # fail now, naming the variable, on bad configuration
+    settings()
     uvicorn.run("workers.api:app", host=host, port=port, workers=workers)
+
+
+@app.command()
+def demo() -> None:
+    """The whole story on embedded defaults, in a temporary folder, with no server:
+    enqueue → wait → signed approval → resume → done, with the event stream."""
+    from workers.demo import run_demo  # noqa: PLC0415
+
+    raise typer.Exit(run_demo(console))
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option(help="API port.")] = 8000,
+) -> None:
+    """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock)."""
+    from workers.demo import run_dev  # noqa: PLC0415
+
+    raise typer.Exit(run_dev(console, port))
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+@app.command("run")
+def start_run(
+    agent: Annotated[str, typer.Argument(help="Agent name (see AIRLOCK_AGENTS).")],
+    input: Annotated[str, typer.Argument(help="The user's request.")],
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same run.")] = None,
+    metadata: Annotated[str | None, typer.Option(help="A JSON object to attach.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a run of AGENT on INPUT."""
+    meta: Any = None
+    if metadata is not None:
+        try:
+            meta = json.loads(metadata)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--metadata is not JSON: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise typer.BadParameter("--metadata must be a JSON object")
+    try:
+        run, created = service().start_run(
+            agent, input, idempotency_key=idempotency_key, metadata=meta
+        )
+    except UnknownAgentError as exc:
+        fail(str(exc), 2)
+    if as_json:
+        emit(run_view(service(), run))
+    else:
+        verb = "queued" if created else "already exists (same idempotency key)"
+        console.print(f"run [bold]{run.id}[/bold] {verb}")
+
+
+@runs_app.command("list")
+def runs_list(
+    status: Annotated[RunStatus | None, typer.Option(help="Only runs with this status.")] = None,
+    agent: Annotated[str | None, typer.Option(help="Only runs of this agent.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="From a previous page.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List runs, newest first (filters as in GET /v1/runs)."""
+    try:
+        page = service().repo.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
+    except BadCursorError as exc:
+        fail(str(exc), 2)
+    if as_json:
+        emit({"runs": [run_view(service(), r) for r in page.runs], "next_cursor": page.next_cursor})
+        return
+    table = Table("id", "agent", "status", "iterations", "tokens", "created", "updated")
+    for r in page.runs:
+        table.add_row(
+            r.id, r.agent, r.status.value, str(r.iterations), str(r.usage.total_tokens),
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}", f"{r.updated_at:%Y-%m-%d %H:%M:%S}",
+        )  # fmt: skip
+    console.print(table)
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}")
+
+
+@runs_app.command("show")
+def runs_show(run_id: str, as_json: JsonOption = False) -> None:
+    """Show one run, and the calls waiting for approval if any."""
+    run = require_run(run_id)
+    try:
+        view = run_view(service(), run)
+    except StateError as exc:
+        fail(str(exc), 1)
+    if as_json:
+        emit(view)
+        return
+    for key in ("id", "agent", "status", "termination", "iterations", "output", "error"):
+        console.print(f"[bold]{key:>12}[/bold]  {view[key]}", highlight=False)
+    usage = run.usage
+    console.print(f"[bold]{'tokens':>12}[/bold]  {usage.prompt_tokens} + {usage.completion_tokens}")
+    pending = view["pending"]
+    if isinstance(pending, dict):
+        console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
+        table = Table("call", "tool", "effect", "needs approval", "arguments")
+        for call in pending["calls"]:  # type: ignore[union-attr]
+            assert isinstance(call, dict)
+            table.add_row(
+                str(call["id"]), str(call["name"]), str(call["effect"]),
+                "yes" if call["requires_approval"] else "no", json.dumps(call["arguments"]),
+            )  # fmt: skip
+        console.print(table)
+
+
+@runs_app.command("events")
+def runs_events(run_id: str, as_json: JsonOption = False) -> None:
+    """The run's audit stream."""
+    require_run(run_id)
+    events = service().repo.events(run_id)
+    if as_json:
+        emit([event_view(e) for e in events])
+        return
+    table = Table("seq", "kind", "at", "payload")
+    for e in events:
+        table.add_row(
+            str(e.seq), e.kind, f"{e.created_at:%H:%M:%S.%f}", json.dumps(e.payload)[:120]
+        )
+    console.print(table)
+
+
+# -- decisions and operator actions -------------------------------------------------------------
+
+
+def _decide(run_id: str, body_of: Any, approver: str | None) -> None:
+    run = require_run(run_id)
+    if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest is None:
+        fail(f"run is {run.status}, not waiting for approval", 1)
+    try:
+        result = service().record_decision(
+            run_id, body_of(run.turn_digest), source="cli", approver=approver
+        )
+    except (DecisionError, ValueError) as exc:
+        fail(str(exc), 2)
+    except ConflictError as exc:
+        fail(str(exc), 1)
+    if result.result == "duplicate":
+        console.print("this decision was already recorded; nothing changed")
+    else:
+        console.print(f"recorded; run {run_id} is queued to resume")
+
+
+ApproverOption = Annotated[str | None, typer.Option(help="Who decides (for the audit).")]
+
+
+@app.command()
+def approve(
+    run_id: str,
+    call: Annotated[
+        list[str] | None,
+        typer.Option("--call", help="Approve only these calls; the turn's others are denied."),
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="Why (for the audit).")] = None,
+    approver: ApproverOption = None,
+) -> None:
+    """Approve the turn the run waits on (or, with --call, some of its calls)."""
+
+    def body(digest: str) -> DecisionBody:
+        if not call:
+            return DecisionBody(turn_digest=digest, decision="approve", reason=reason)
+        calls = {c: CallDecisionBody(decision="approve") for c in call}
+        return DecisionBody(
+            turn_digest=digest,
+            decision="deny",
+            reason=reason or "not selected for approval",
+            calls=calls,
+        )
+
+    _decide(run_id, body, approver)
+
+
+@app.command()
+def deny(
+    run_id: str,
+    reason: Annotated[str, typer.Option(help="Why; the model is told.")],
+    approver: ApproverOption = None,
+) -> None:
+    """Deny the turn the run waits on; every pending call gets the denial as its result."""
+    _decide(
+        run_id,
+        lambda digest: DecisionBody(turn_digest=digest, decision="deny", reason=reason),
+        approver,
+    )
+
+
+@app.command()
+def cancel(run_id: str) -> None:
+    """Cancel a run that has not finished."""
+    require_run(run_id)
+    try:
+        run = service().cancel(run_id, by="cli")
+    except ConflictError as exc:
+        fail(str(exc), 1)
+    console.print(f"run {run.id} is {run.status}")
+
+
+@app.command()
+def retry(
+    run_id: Annotated[str | None, typer.Argument(help="A failed run.")] = None,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed run.")] = False,
+    agent: Annotated[str | None, typer.Option(help="With --all-failed: one agent's.")] = None,
+) -> None:
+    """Continue a failed run from its last checkpoint (calls already made are not repeated)."""
+    if (run_id is None) == (not all_failed):
+        raise typer.BadParameter("give a RUN_ID or --all-failed")
+    if run_id is not None:
+        require_run(run_id)
+        try:
+            service().retry(run_id, by="cli")
+        except ConflictError as exc:
+            fail(str(exc), 1)
+        console.print(f"run {run_id} is queued to continue")
+        return
+    ids = _all_failed(agent)
+    with _progress() as progress:
+        task = progress.add_task("retrying", total=len(ids))
+        for rid in ids:
+            with contextlib.suppress(ConflictError, UnknownRunError):  # finished meanwhile
+                service().retry(rid, by="cli")
+            progress.advance(task)
+    console.print(f"{len(ids)} failed runs queued to continue")
+
+
+def _all_failed(agent: str | None) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = service().repo.list_runs(
+            status=RunStatus.FAILED, agent=agent, limit=500, cursor=cursor
+        )
+        ids += [r.id for r in page.runs]
+        if page.next_cursor is None:
+            return ids
+        cursor = page.next_cursor
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=errors,
+    )
+
+
+@app.command()
+def purge(
+    older_than: Annotated[
+        str, typer.Option(help="Finished runs idle this long: 30d, 12h, 90m…")
+    ] = "30d",
+) -> None:
+    """Delete finished runs (and their events) whose last activity is older than the window."""
+    window = parse_duration(older_than)
+    with _progress() as progress:
+        task = progress.add_task("purging", total=None)
+        removed = service().purge(window, progress=lambda n: progress.update(task, completed=n))
+    console.print(f"removed {removed} finished runs idle for more than {older_than}")
+
+
+@app.command()
+def stats(as_json: JsonOption = False) -> None:
+    """Runs by status, the oldest waiting approval, expired leases, recent throughput."""
+    repo = service().repo
+    now = utcnow()
+    oldest = repo.oldest_waiting()
+    data: dict[str, JsonValue] = {
+        "runs": {s.value: n for s, n in repo.count_by_status().items()},
+        "oldest_waiting_seconds": round((now - oldest).total_seconds(), 1) if oldest else None,
+        "expired_leases": repo.expired_lease_count(),
+        "finished": {
+            f"last_{minutes}m": {
+                s.value: n for s, n in repo.finished_since(now - timedelta(minutes=minutes)).items()
+            }
+            for minutes in (5, 15, 60)
+        },
+    }
+    if as_json:
+        emit(data)
+        return
+    table = Table("status", "runs")
+    for status, n in data["runs"].items():  # type: ignore[union-attr]
+        table.add_row(status, str(n))
+    console.print(table)
+    console.print(f"oldest waiting approval: {data['oldest_waiting_seconds'] or '-'} s")
+    console.print(f"expired leases: {data['expired_leases']}")
+    for window, counts in data["finished"].items():  # type: ignore[union-attr]
+        console.print(f"finished {window.removeprefix('last_')}: {counts or 'none'}")
 
 
 def main() -> None:
     try:
         app()
     except ConfigurationError as exc:
-        typer.secho(f"airlock: {exc}", err=True, fg="red")
+        errors.print(f"[red]airlock:[/red] {exc}", highlight=False)
         raise SystemExit(2) from exc
 
 

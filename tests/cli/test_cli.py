@@ -1,0 +1,161 @@
+"""The ``airlock`` command, run as a subprocess against a real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence.db import make_engine
+from persistence.domain import RunStatus
+from persistence.repository import RunRepository
+from workers.registry import Registry
+from workers.service import Service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def airlock(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["COLUMNS"] = "200"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def cli_env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    return clean_env(
+        AIRLOCK_DATABASE_URL=db_url,
+        AIRLOCK_BROKER_URL="filesystem://",
+        AIRLOCK_HOME=str(tmp_path / "home"),
+        AIRLOCK_AGENTS="tests.integration.agents:AGENTS",
+    )
+
+
+@pytest.fixture
+def service(db_url: str) -> Any:
+    svc = Service(
+        repo=RunRepository(make_engine(db_url)),
+        registry=Registry.from_paths("tests.integration.agents:AGENTS"),
+        enqueue=lambda run_id, delay=None: None,
+    )
+    yield svc
+    svc.repo.engine.dispose()
+
+
+def waiting(service: Service) -> str:
+    run, _ = service.start_run("w1", "mail")
+    service.run_segment(run.id, "cli-test")
+    assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+    return run.id
+
+
+def test_demo_runs_on_a_bare_machine(tmp_path: Path) -> None:
+    result = airlock("demo", env=clean_env(), cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "waiting_for_approval" in result.stdout
+    assert "→ 202" in result.stdout and "completed" in result.stdout
+    assert "the audit stream" in result.stdout
+    assert list(tmp_path.iterdir()) == []  # it left nothing behind
+
+
+def test_run_then_list_show_events(cli_env: dict[str, str], tmp_path: Path) -> None:
+    created = airlock(
+        "run", "w1", "mail 42", "--metadata", '{"t": 1}', "--json", env=cli_env, cwd=tmp_path
+    )
+    assert created.returncode == 0, created.stderr
+    run_id = json.loads(created.stdout)["id"]
+    listed = airlock("runs", "list", "--json", env=cli_env, cwd=tmp_path)
+    assert [r["id"] for r in json.loads(listed.stdout)["runs"]] == [run_id]
+    table = airlock("runs", "list", "--status", "queued", env=cli_env, cwd=tmp_path)
+    assert run_id in table.stdout
+    shown = airlock("runs", "show", run_id, "--json", env=cli_env, cwd=tmp_path)
+    assert json.loads(shown.stdout)["metadata"] == {"t": 1}
+    events = airlock("runs", "events", run_id, "--json", env=cli_env, cwd=tmp_path)
+    assert [e["kind"] for e in json.loads(events.stdout)] == ["request"]
+
+
+def test_approve_deny_cancel_retry(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    first = waiting(service)
+    shown = airlock("runs", "show", first, env=cli_env, cwd=tmp_path)
+    assert "send_email" in shown.stdout and "yes" in shown.stdout
+    approved = airlock("approve", first, "--approver", "ops", env=cli_env, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    assert service.repo.require(first).status is RunStatus.QUEUED
+    again = airlock("approve", first, env=cli_env, cwd=tmp_path)
+    assert again.returncode == 1 and "not waiting" in again.stderr
+
+    second = waiting(service)
+    no_reason = airlock("deny", second, env=cli_env, cwd=tmp_path)
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+    denied = airlock("deny", second, "--reason", "not today", env=cli_env, cwd=tmp_path)
+    assert denied.returncode == 0
+    decision = next(e for e in service.repo.events(second) if e.kind == "decision")
+    assert decision.payload["source"] == "cli" and decision.payload["reason"] == "not today"
+
+    third = waiting(service)
+    unknown_call = airlock("approve", third, "--call", "nope", env=cli_env, cwd=tmp_path)
+    assert unknown_call.returncode == 2 and "unknown call ids: nope" in unknown_call.stderr
+    assert airlock("cancel", third, env=cli_env, cwd=tmp_path).returncode == 0
+    assert airlock("cancel", third, env=cli_env, cwd=tmp_path).returncode == 1
+    retried = airlock("retry", third, env=cli_env, cwd=tmp_path)
+    assert retried.returncode == 1 and "only failed runs" in retried.stderr
+
+    run, _ = service.start_run("w1", "x")
+    service.repo.claim(run.id, "w", service.limits.lease)
+    service.repo.finish(run.id, RunStatus.FAILED, owner="w", error="boom")
+    bulk = airlock("retry", "--all-failed", env=cli_env, cwd=tmp_path)
+    assert bulk.returncode == 0 and "1 failed runs queued" in bulk.stdout
+    assert service.repo.require(run.id).status is RunStatus.QUEUED
+
+
+def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Service) -> None:
+    run, _ = service.start_run("w1", "x")
+    service.cancel(run.id)
+    stats = airlock("stats", "--json", env=cli_env, cwd=tmp_path)
+    data = json.loads(stats.stdout)
+    assert data["runs"]["cancelled"] == 1 and data["finished"]["last_5m"] == {"cancelled": 1}
+    assert data["expired_leases"] == 0
+    kept = airlock("purge", "--older-than", "1d", env=cli_env, cwd=tmp_path)
+    assert kept.returncode == 0 and "removed 0" in kept.stdout
+    gone = airlock("purge", "--older-than", "0s", env=cli_env, cwd=tmp_path)
+    assert "removed 1" in gone.stdout and service.repo.get(run.id) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "show", "00000000-0000-0000-0000-000000000000"], "no run has id"),
+        (["run", "nobody", "x"], "unknown agent 'nobody'"),
+        (["purge", "--older-than", "soon"], "not a duration"),
+        (["runs", "list", "--status", "sleeping"], "sleeping"),
+        (["run", "w1", "x", "--metadata", "[1]"], "must be a JSON object"),
+        (["frobnicate"], "No such command"),
+    ],
+)
+def test_bad_arguments_fail_clearly(
+    cli_env: dict[str, str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = airlock(*args, env=cli_env, cwd=tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_bad_configuration_names_the_variable(tmp_path: Path) -> None:
+    result = airlock("runs", "list", env=clean_env(AIRLOCK_DATABASE_URL="mysql://x"), cwd=tmp_path)
+    assert result.returncode == 2 and "AIRLOCK_DATABASE_URL" in result.stderr

@@ -1,0 +1,79 @@
+"""docker-compose.yml: every service runs a real command with what it needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer.main
+import yaml
+
+from workers.cli import app
+from workers.settings import Settings
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+def services() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    result: dict[str, Any] = loaded["services"]
+    return result
+
+
+def resolve(argv: list[str]) -> tuple[Any, list[str]]:
+    """The airlock (sub)command that ``argv`` names, and the arguments left for it."""
+    command: Any = typer.main.get_command(app)
+    rest = list(argv)
+    while hasattr(command, "get_command"):  # a group
+        word = rest.pop(0)
+        sub = command.get_command(
+            command.make_context("airlock", [word, "--help"], resilient_parsing=True), word
+        )
+        assert sub is not None, f"`airlock {' '.join(argv)}`: no command {word!r}"
+        command = sub
+    return command, rest
+
+
+def test_the_expected_services_exist() -> None:
+    assert set(services()) == {"postgres", "redis", "migrate", "api", "worker", "beat"}
+
+
+def test_every_airlock_command_is_real() -> None:
+    for name in ("migrate", "api", "worker", "beat"):
+        argv = services()[name]["command"]
+        assert argv[0] == "airlock", name
+        command, rest = resolve(argv[1:])
+        if command.context_settings.get("allow_extra_args"):
+            continue  # worker/beat pass their arguments through to Celery
+        command.make_context("airlock", rest)  # raises on an unknown option or bad value
+
+
+def test_every_airlock_service_has_valid_configuration() -> None:
+    for name in ("migrate", "api", "worker", "beat"):
+        env = services()[name]["environment"]
+        values = {
+            k.removeprefix("AIRLOCK_").lower(): _default(v) for k, v in env.items() if _default(v)
+        }
+        for needed in ("database_url", "broker_url", "webhook_secret", "api_token"):
+            assert needed in values, f"{name} lacks AIRLOCK_{needed.upper()}"
+        config = Settings.model_validate(values)
+        assert config.database_url.startswith("postgresql+psycopg://")
+        assert config.broker_url.startswith("redis://redis:")
+
+
+def test_redis_keeps_messages_and_every_service_is_supervised() -> None:
+    redis_cmd = " ".join(services()["redis"]["command"])
+    assert "--appendonly yes" in redis_cmd and "--maxmemory-policy noeviction" in redis_cmd
+    for name, service in services().items():
+        assert "restart" in service, name
+        if name != "migrate":
+            assert "healthcheck" in service, name
+    worker_check = " ".join(services()["worker"]["healthcheck"]["test"])
+    assert "inspect ping" in worker_check  # proves it consumes, not only that it lives
+
+
+def _default(value: object) -> str:
+    text = str(value)
+    if text.startswith("${") and ":-" in text:
+        return text.split(":-", 1)[1].rstrip("}")
+    return text

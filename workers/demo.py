@@ -1,0 +1,247 @@
+"""``airlock demo`` and ``airlock dev``: real processes on embedded defaults, no server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from rich.console import Console
+from rich.table import Table
+from standardwebhooks import Webhook
+
+from alembic import command as alembic_command
+from workers.settings import settings
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def configure(env: dict[str, str]) -> None:
+    """Make this process, and the processes it starts, use ``env``."""
+    os.environ.update(env)
+    settings.cache_clear()
+    from workers.runtime import service  # noqa: PLC0415
+
+    service.cache_clear()
+
+
+def migrate() -> None:
+    from workers.cli import alembic_config  # noqa: PLC0415
+
+    alembic_command.upgrade(alembic_config(settings().database_url), "head")
+
+
+@contextmanager
+def celery_process(kind: str, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    argv = [sys.executable, "-m", "celery", "-A", "workers", kind, "-l", "info", *args]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextmanager
+def api_server(port: int) -> Iterator[str]:
+    from workers.api import default_app  # noqa: PLC0415
+
+    server = uvicorn.Server(
+        uvicorn.Config(default_app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        poll("the API", lambda: _up(base), 20)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def poll(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+    return value
+
+
+def signed_post(base: str, path: str, body: dict[str, Any], secret: str) -> httpx.Response:
+    data = json.dumps(body)
+    webhook_id = f"msg_{uuid.uuid4().hex}"
+    now = datetime.now(UTC)
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(webhook_id, now, data),
+    }
+    return httpx.post(f"{base}{path}", content=data, headers=headers, timeout=10)
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def run_demo(console: Console) -> int:
+    with tempfile.TemporaryDirectory(prefix="airlock-demo-") as tmp:
+        folder = Path(tmp)
+        secret = new_webhook_secret()
+        token = secrets.token_urlsafe(16)
+        configure(
+            {
+                "AIRLOCK_DATABASE_URL": f"sqlite:///{folder / 'airlock.db'}",
+                "AIRLOCK_BROKER_URL": "filesystem://",
+                "AIRLOCK_HOME": str(folder / ".airlock"),
+                "AIRLOCK_AGENTS": "workers.demo_agents:AGENTS",
+                "AIRLOCK_WEBHOOK_SECRET": secret,
+                "AIRLOCK_API_TOKEN": token,
+                "AIRLOCK_SOFT_SHUTDOWN_TIMEOUT": "0",
+            }
+        )
+        console.rule("[bold]Airlock demo[/bold] — embedded: SQLite + a filesystem broker")
+        console.print(f"working in {folder}")
+        migrate()
+        log = folder / "worker.log"
+        try:
+            with celery_process("worker", log, "-c", "2"), api_server(free_port()) as base:
+                _story(console, base, secret, {"Authorization": f"Bearer {token}"})
+        except (TimeoutError, AssertionError, httpx.HTTPError) as exc:
+            console.print(f"[red]demo failed:[/red] {exc}")
+            console.print(log.read_text()[-3000:] if log.exists() else "(no worker log)")
+            return 1
+    return 0
+
+
+def _story(console: Console, base: str, secret: str, auth: dict[str, str]) -> None:
+    console.print("\n[bold]1.[/bold] A backend enqueues a run of the [cyan]mailer[/cyan] agent")
+    created = httpx.post(
+        f"{base}/v1/runs",
+        json={"agent": "mailer", "input": "Tell customer 42 their refund is on its way"},
+        headers=auth,
+    )
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+    console.print(f"   POST /v1/runs → 201, run {run_id}")
+
+    def status(wanted: str) -> dict[str, Any] | None:
+        view: dict[str, Any] = httpx.get(f"{base}/v1/runs/{run_id}", headers=auth).json()
+        return view if view["status"] == wanted else None
+
+    waiting = poll("the run to wait for approval", lambda: status("waiting_for_approval"), 60)
+    console.print(
+        "\n[bold]2.[/bold] The worker looked the customer up, then stopped before sending mail."
+        f"\n   The run is [yellow]waiting_for_approval[/yellow] after {waiting['iterations']} "
+        f"model calls; no worker is busy with it. It waits on:"
+    )
+    table = Table("call", "tool", "effect", "arguments")
+    for call in waiting["pending"]["calls"]:
+        table.add_row(call["id"], call["name"], call["effect"], json.dumps(call["arguments"]))
+    console.print(table)
+
+    digest = waiting["pending"]["turn_digest"]
+    body = {"turn_digest": digest, "decision": "approve", "approver": "demo@airlock"}
+    answer = signed_post(base, f"/v1/runs/{run_id}/approval", body, secret)
+    assert answer.status_code == 202, answer.text
+    console.print(
+        f"\n[bold]3.[/bold] A person approves turn {digest[:12]}… by a signed webhook "
+        f"(Standard Webhooks) → {answer.status_code}"
+    )
+    replay = signed_post(base, f"/v1/runs/{run_id}/approval", body, secret)
+    console.print(f"   the same approval again → {replay.status_code} (recorded once)")
+
+    done = poll("the run to complete", lambda: status("completed"), 60)
+    usage = done["usage"]
+    console.print(
+        f"\n[bold]4.[/bold] A resume task ran the approved call and finished: "
+        f"[green]{done['status']}[/green] ({done['termination']})"
+        f"\n   output: {done['output']}"
+        f"\n   {done['iterations']} model calls, "
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
+    )
+    events = httpx.get(f"{base}/v1/runs/{run_id}/events", headers=auth).json()["events"]
+    table = Table("seq", "event", "detail", title="the audit stream")
+    for e in events:
+        table.add_row(str(e["seq"]), e["kind"], _detail(e["kind"], e["payload"]))
+    console.print(table)
+
+
+def _detail(kind: str, payload: dict[str, Any]) -> str:
+    match kind:
+        case "llm":
+            calls = ", ".join(c["name"] for c in payload["tool_calls"]) or "answer"
+            return f"model call {payload['iteration']}: {calls}"
+        case "tool":
+            return f"{payload['name']} → {payload['outcome']}: {payload['result'][:60]}"
+        case "decision":
+            return f"{payload['decision']} by {payload['approver']} via {payload['source']}"
+        case "suspended":
+            return f"waiting on {', '.join(c['name'] for c in payload['calls'])}"
+        case _:
+            return json.dumps(payload)[:70]
+
+
+# -- dev --------------------------------------------------------------------------------------
+
+
+def run_dev(console: Console, port: int) -> int:
+    env = {
+        "AIRLOCK_WEBHOOK_SECRET": os.environ.get("AIRLOCK_WEBHOOK_SECRET") or new_webhook_secret(),
+        "AIRLOCK_API_TOKEN": os.environ.get("AIRLOCK_API_TOKEN") or secrets.token_urlsafe(16),
+    }
+    configure(env)
+    config = settings()
+    config.home.mkdir(parents=True, exist_ok=True)
+    migrate()
+    console.rule("[bold]airlock dev[/bold]")
+    console.print(f"database   {config.database_url}")
+    console.print(f"broker     {config.broker_url} ({config.broker_folder})")
+    console.print(f"API        http://127.0.0.1:{port}  (docs at /docs)")
+    console.print(f"AIRLOCK_API_TOKEN={env['AIRLOCK_API_TOKEN']}")
+    console.print(f"AIRLOCK_WEBHOOK_SECRET={env['AIRLOCK_WEBHOOK_SECRET']}")
+    console.print(f"logs       {config.home / 'worker.log'}, {config.home / 'beat.log'}")
+    with (
+        celery_process("worker", config.home / "worker.log", "-c", "2"),
+        celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
+    ):
+        uvicorn.run("workers.api:app", host="127.0.0.1", port=port)
+    return 0
