@@ -25,6 +25,7 @@ from loop.messages import (
     UserMessage,
 )
 from loop.model import Model, ModelResponse, ScriptedModel
+from loop.providers import AnthropicModel, OpenAIModel
 from loop.results import LoopResult, Termination, TraceEntry
 from loop.runner import (
     ApprovalRequired,
@@ -50,6 +51,7 @@ from loop.tools import (
 __all__ = [
     "SCHEMA_VERSION",
     "Agent",
+    "AnthropicModel",
     "AirlockError",
     "ApprovalPolicy",
     "ApprovalRequired",
@@ -70,6 +72,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelResponse",
+    "OpenAIModel",
     "PendingCall",
     "RequiresApproval",
     "ScriptExhaustedError",

@@ -31,6 +31,9 @@ class ToolCall:
     id: str
     name: str
     arguments: JsonObject = field(default_factory=dict)
+    # Set by a provider adapter when the model's arguments could not be parsed
+    # (e.g. malformed JSON): the call is answered with this error, never run.
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,6 +243,8 @@ class ToolLoop:
     def _settle(
         self, run: _Run, call: PendingCall, decision: CallDecision, source: DecisionSource
     ) -> ToolResultMessage:
+        if call.error is not None:
+            return self._record_failure(run, call, f"Error: {call.error}")
         if call.name not in run.tool_names:
             return self._record_failure(run, call, f'Error: unknown tool "{call.name}"')
         tool = run.agent.tool(call.name)
@@ -333,6 +335,10 @@ class ToolLoop:
 
 def _gate(agent: Agent, call: ToolCall) -> PendingCall:
     """Classify one call of a turn: which decision applies unless a person gives one."""
+    if call.error is not None:
+        return PendingCall(
+            call.id, call.name, call.arguments, None, Approve(), "invalid_arguments", call.error
+        )
     tool = agent.tool(call.name)
     if tool is None:
         return PendingCall(call.id, call.name, call.arguments, None, Approve(), "unknown_tool")

@@ -42,6 +42,7 @@ class PendingCall:
     effect: str | None
     preset: Approve | Deny | None = None
     preset_source: PresetSource | None = None
+    error: str | None = None
 
     @property
     def requires_approval(self) -> bool:

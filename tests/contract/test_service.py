@@ -1,0 +1,160 @@
+"""The service's use cases in-process, on both databases (the broker hop is recorded)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from loop import Agent, ModelError, ModelResponse, ScriptedModel
+from loop.messages import Message
+from loop.tools import ToolSchema
+from persistence.domain import RunStatus
+from persistence.repository import RunRepository
+from tests.integration.agents import AGENTS, lookup, send_email, w1
+from workers.decisions import DecisionBody
+from workers.registry import Registry
+from workers.service import Limits, Outcome, Service
+
+
+class FlakyModel:
+    """Fails with the given errors first, then plays the script."""
+
+    def __init__(self, errors: list[ModelError]) -> None:
+        self.errors = errors
+        self.script = ScriptedModel(w1())
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.script.complete(transcript, tools)
+
+
+class Woken(list[tuple[str, float | None]]):
+    def __call__(self, run_id: str, delay: float | None = None) -> None:
+        self.append((run_id, delay))
+
+
+def make_service(engine: Engine, *extra: Agent, max_attempts: int = 3) -> tuple[Service, Woken]:
+    woken = Woken()
+    service = Service(
+        repo=RunRepository(engine),
+        registry=Registry([*AGENTS, *extra]),
+        enqueue=woken,
+        limits=Limits(max_attempts=max_attempts, retry_base_delay=0.01),
+    )
+    return service, woken
+
+
+def flaky(name: str, *errors: ModelError) -> Agent:
+    return Agent(name=name, model=FlakyModel(list(errors)), tools=[lookup, send_email])
+
+
+def test_transient_model_errors_are_retried_with_the_providers_delay(engine: Engine) -> None:
+    agent = flaky("flaky", ModelError("429", retryable=True, retry_after=5.0))
+    service, woken = make_service(engine, agent)
+    run, _ = service.start_run("flaky", "x")
+    result = service.run_segment(run.id, "w")
+    assert result.outcome is Outcome.RETRY and result.retry_in is not None and result.retry_in >= 5
+    assert service.repo.require(run.id).status is RunStatus.QUEUED
+    assert woken[-1] == (run.id, result.retry_in)
+    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
+    assert "retry" in [e.kind for e in service.repo.events(run.id)]
+
+
+def test_transient_errors_give_up_after_max_attempts(engine: Engine) -> None:
+    errors = [ModelError("503", retryable=True) for _ in range(5)]
+    service, _ = make_service(engine, flaky("down", *errors), max_attempts=2)
+    run, _ = service.start_run("down", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.RETRY
+    assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
+    failed = service.repo.require(run.id)
+    assert failed.status is RunStatus.FAILED and "503" in (failed.error or "")
+
+
+def test_non_retryable_errors_fail_the_run_with_the_message(engine: Engine) -> None:
+    service, _ = make_service(engine, flaky("bad", ModelError("401: invalid api key")))
+    run, _ = service.start_run("bad", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
+    assert "invalid api key" in (service.repo.require(run.id).error or "")
+    assert [e.kind for e in service.repo.events(run.id)][-1] == "failed"
+
+
+def test_duplicate_wake_ups_are_no_ops(engine: Engine) -> None:
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
+    assert service.run_segment(run.id, "w-dup").outcome is Outcome.SKIPPED
+    assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+
+
+def test_tampered_state_fails_the_run_and_nothing_runs(engine: Engine) -> None:
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    service.run_segment(run.id, "w")
+    waiting = service.repo.require(run.id)
+    service.record_decision(
+        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
+    )
+    with engine.begin() as conn:
+        blob = conn.execute(text("select suspended_state from agent_runs")).scalar_one()
+        conn.execute(
+            text("update agent_runs set suspended_state = :s"),
+            {"s": blob.replace("a@example.com", "evil@example.com")},
+        )
+    assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
+    failed = service.repo.require(run.id)
+    assert "refusing to resume" in (failed.error or "") and "tampered" in (failed.error or "")
+    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]  # send_email never ran
+
+
+def test_retry_continues_a_failed_run_from_its_checkpoint(engine: Engine) -> None:
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    service.run_segment(run.id, "w")
+    waiting = service.repo.require(run.id)
+    service.record_decision(
+        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
+    )
+    service.repo.claim(run.id, "w", service.limits.lease)
+    service.repo.finish(run.id, RunStatus.FAILED, owner="w", error="crashed")
+    service.retry(run.id)
+    assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
+    done = service.repo.require(run.id)
+    assert done.output == "done" and (done.iterations, done.usage.total_tokens) == (3, 69)
+    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup", "send_email"]
+
+
+def test_expiry_cancel_and_deny(engine: Engine) -> None:
+    service, _ = make_service(engine)
+    deny_run, _ = service.start_run("expires_deny", "x")
+    cancel_run, _ = service.start_run("expires_cancel", "x")
+    for run in (deny_run, cancel_run):
+        service.run_segment(run.id, "w")
+    with engine.begin() as conn:
+        conn.execute(text("update agent_runs set expires_at = suspended_at"))
+    assert set(service.expire_approvals()) == {deny_run.id, cancel_run.id}
+    assert service.repo.require(deny_run.id).status is RunStatus.QUEUED
+    assert service.repo.require(cancel_run.id).status is RunStatus.CANCELLED
+    assert service.expire_approvals() == ()
+
+
+@pytest.mark.parametrize("body", [{"decision": "edit"}, {"decision": "approve", "arguments": {}}])
+def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
+    from loop import DecisionError
+    from workers.decisions import CallDecisionBody
+
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    service.run_segment(run.id, "w")
+    digest = service.repo.require(run.id).turn_digest or ""
+    call = CallDecisionBody.model_validate(body)
+    decision = DecisionBody(turn_digest=digest, decision="approve", calls={"call_1_0": call})
+    if body["decision"] == "edit":
+        with pytest.raises(DecisionError, match="gives no arguments"):
+            service.record_decision(run.id, decision, source="t")
+        assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+    else:
+        assert service.record_decision(run.id, decision, source="t").result == "recorded"
