@@ -28,3 +28,16 @@ W1 = Agent(
     ),
 )
 AGENTS = [INSTANT, W1]
+
+
+@tool(name="send_email", effect=Effect.WRITE)
+def send_mail(to: str, body: str) -> str:
+    return f"sent to {to}"
+
+
+# resumes the states that bench.checkpoint.state_of_size builds
+MAILER = Agent(
+    name="mailer",
+    tools=[send_mail],
+    model=ScriptedModel([{"content": "unused"}, {"content": "done"}]),
+)

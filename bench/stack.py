@@ -1,0 +1,261 @@
+"""End-to-end benchmarks through the real HTTP API and a real worker (2 processes) on the
+local Redis and PostgreSQL.
+
+    .venv/bin/python -m bench.stack w1 [--quick]         # runs/s and approve→completed
+    .venv/bin/python -m bench.stack parking [--quick]    # a fresh run with 10,000 waiting
+    .venv/bin/python -m bench.stack endurance [--quick]  # worker RSS over 10,000 runs
+
+Each prints its ratios and appends them, with the command, to bench/results/stack.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from bench.checkpoint import state_of_size
+from persistence.domain import RunStatus
+from tests.api.conftest import SECRET, TOKEN
+from tests.conftest import migrate
+from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
+from workers.demo import signed_post
+
+RESULTS = Path(__file__).parent / "results" / "stack.jsonl"
+PG = os.environ.get(
+    "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/12"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def deployment() -> Iterator[tuple[Stack, str, Process]]:
+    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG).set(database=name).render_as_string(hide_password=False)
+    redis.Redis.from_url(REDIS).flushdb()
+    tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
+    config = {
+        "AIRLOCK_DATABASE_URL": url,
+        "AIRLOCK_BROKER_URL": REDIS,
+        "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+        "AIRLOCK_HOME": str(tmp / "home"),
+        "AIRLOCK_WEBHOOK_SECRET": SECRET,
+        "AIRLOCK_API_TOKEN": TOKEN,
+    }
+    migrate(url)
+    stack = Stack(config, tmp)
+    port = free_port()
+    api = Process(
+        "api",
+        [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
+        airlock_env(config, stack.outbox),
+        tmp / "api.log",
+    ).start()
+    stack.processes.append(api)
+    base = f"http://127.0.0.1:{port}"
+    wait_for("the API", lambda: _up(base), timeout=30)
+    worker = stack.worker(concurrency=2)
+    try:
+        yield stack, base, worker
+    finally:
+        stack.close()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def status(client: httpx.Client, base: str, run_id: str) -> dict[str, Any]:
+    view: dict[str, Any] = client.get(f"{base}/v1/runs/{run_id}", headers=AUTH).json()
+    return view
+
+
+def w1_once(client: httpx.Client, base: str) -> tuple[float, float]:
+    """One W1 run over HTTP: (create → completed seconds, approve → completed seconds)."""
+    start = time.perf_counter()
+    run_id = client.post(
+        f"{base}/v1/runs", json={"agent": "w1", "input": "go"}, headers=AUTH
+    ).json()["id"]
+    waiting = wait_for(
+        "waiting",
+        lambda: (v := status(client, base, run_id))["status"] == "waiting_for_approval" and v,
+        interval=0.002,
+    )
+    body = {"turn_digest": waiting["pending"]["turn_digest"], "decision": "approve"}
+    approved = time.perf_counter()
+    assert signed_post(base, f"/v1/runs/{run_id}/approval", body, SECRET).status_code == 202
+    wait_for(
+        "completed",
+        lambda: status(client, base, run_id)["status"] == "completed",
+        interval=0.002,
+    )
+    end = time.perf_counter()
+    return end - start, end - approved
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+def bench_w1(quick: bool) -> dict[str, Any]:
+    n = 20 if quick else 200
+    with deployment() as (_, base, _worker), httpx.Client() as client:
+        w1_once(client, base)  # warm up
+        progress(f"w1: {n} runs over HTTP, one at a time…")
+        samples = [w1_once(client, base) for _ in range(n)]
+        progress("w1: throughput, 4 at a time…")
+        start = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: w1_once(httpx.Client(), base), range(n)))
+        throughput = n / (time.perf_counter() - start)
+    approve = [b for _, b in samples]
+    return {
+        "runs": n,
+        "create_to_completed_p50_ms": round(statistics.median(a for a, _ in samples) * 1000, 1),
+        "approve_to_completed_p50_ms": round(statistics.median(approve) * 1000, 1),
+        "approve_to_completed_p99_ms": round(pct(approve, 0.99) * 1000, 1),
+        "runs_per_s_4_clients": round(throughput, 1),
+    }
+
+
+def bench_parking(quick: bool) -> dict[str, Any]:
+    parked = 1000 if quick else 10_000
+    m = 10 if quick else 30
+    with deployment() as (stack, base, _worker), httpx.Client() as client:
+        progress(f"parking: {m} fresh W1 runs with none waiting…")
+        w1_once(client, base)
+        empty = [w1_once(client, base)[0] for _ in range(m)]
+        repo = stack.service.repo
+        size_before = _db_size(stack)
+        progress(f"parking: parking {parked} runs at approval (direct inserts)…")
+        lease = stack.service.limits.lease
+        for i in range(parked):
+            run, _ = repo.create("w1", "parked")
+            repo.claim(run.id, "bench", lease)
+            repo.suspend(run.id, "bench", state_of_size(run.id, 2_000), None)
+            if i % 1000 == 999:
+                progress(f"  {i + 1}/{parked}")
+        assert repo.count_by_status()[RunStatus.WAITING_FOR_APPROVAL] >= parked
+        size_after = _db_size(stack)
+        progress(f"parking: {m} fresh W1 runs with {parked} waiting…")
+        full = [w1_once(client, base)[0] for _ in range(m)]
+    return {
+        "parked": parked,
+        "fresh_run_p50_ms_none_waiting": round(statistics.median(empty) * 1000, 1),
+        "fresh_run_p50_ms_with_parked": round(statistics.median(full) * 1000, 1),
+        "latency_ratio": round(statistics.median(full) / statistics.median(empty), 2),
+        "db_bytes_per_waiting_run": round((size_after - size_before) / parked),
+    }
+
+
+def _db_size(stack: Stack) -> int:
+    with stack.service.repo.engine.connect() as conn:
+        return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of a process and all its descendants."""
+    total = 0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def bench_endurance(quick: bool) -> dict[str, Any]:
+    n = 500 if quick else 10_000
+    with deployment() as (stack, _base, worker):
+        assert worker.proc is not None
+        warm = 100
+        progress(f"endurance: {warm} warm-up runs…")
+        _instant_runs(stack, warm)
+        start_rss = rss_kb(worker.proc.pid)
+        progress(f"endurance: {n} runs (worker RSS at start {start_rss} kB)…")
+        _instant_runs(stack, n)
+        end_rss = rss_kb(worker.proc.pid)
+    return {
+        "runs": n,
+        "worker_rss_start_kb": start_rss,
+        "worker_rss_end_kb": end_rss,
+        "rss_growth_ratio": round(end_rss / start_rss, 3),
+    }
+
+
+def _instant_runs(stack: Stack, n: int) -> None:
+    repo = stack.service.repo
+    done = repo.count_by_status()[RunStatus.COMPLETED]
+    for i in range(n):
+        stack.service.start_run("instant", "go")
+        if i % 1000 == 999:
+            progress(f"  {i + 1}/{n} queued")
+    wait_for(
+        "the runs",
+        lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
+        timeout=3600,
+        interval=0.1,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["w1", "parking", "endurance"])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    result = {"w1": bench_w1, "parking": bench_parking, "endurance": bench_endurance}[args.which](
+        args.quick
+    )
+    for key, value in result.items():
+        print(f"{key:>32}: {value}")
+    record = {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench.stack {args.which}" + (" --quick" if args.quick else ""),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "results": result,
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    with RESULTS.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
