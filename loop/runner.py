@@ -17,6 +17,7 @@ from loop.events import (
     DecisionSource,
     EventSink,
     Finished,
+    LoopEvent,
     ModelCalled,
     Resumed,
     RunStarted,
@@ -104,13 +105,13 @@ class _Run:
 class ToolLoop:
     def __init__(
         self,
-        events: EventSink = NO_SINK,
+        events: EventSink | Callable[[LoopEvent], object] | list[LoopEvent] | None = None,
         *,
         executor: ToolExecutor = run_directly,
         clock: Callable[[], float] = time.perf_counter,
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
-        self._events = events
+        self._events = _as_sink(events)
         self._executor = executor
         self._clock = clock
         self._ids = ids
@@ -331,6 +332,27 @@ class ToolLoop:
             tuple(run.trace),
             tuple(run.transcript),
         )
+
+
+class _CallableSink:
+    def __init__(self, receive: Callable[[LoopEvent], object]) -> None:
+        self._receive = receive
+
+    def emit(self, event: LoopEvent) -> None:
+        self._receive(event)
+
+
+def _as_sink(
+    events: EventSink | Callable[[LoopEvent], object] | list[LoopEvent] | None,
+) -> EventSink:
+    """A sink is anything with ``emit(event)``; a plain callable or a list also does."""
+    if events is None:
+        return NO_SINK
+    if isinstance(events, list):
+        return _CallableSink(events.append)
+    if hasattr(events, "emit"):
+        return events
+    return _CallableSink(events)
 
 
 def _gate(agent: Agent, call: ToolCall) -> PendingCall:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,20 +48,39 @@ class ToolSchema:
     parameters: JsonObject
 
 
+class AnyArguments(BaseModel):
+    """The default schema of a ``Tool`` subclass that declares none: any object."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class Tool:
     """A tool the model may call.
 
-    Subclass it with ``name``, ``description``, ``effect``, an ``arguments``
-    pydantic model and ``invoke``; or decorate a function with :func:`tool`.
+    Subclass it with ``name`` (default: the class name in snake_case),
+    ``description``, ``effect``, an ``arguments`` pydantic model and
+    ``invoke(arguments, ctx)`` (or ``run(**arguments)``); or decorate a function
+    with :func:`tool`.
     """
 
     name: str = ""
     description: str = ""
     effect: Effect = Effect.READ
-    arguments: type[BaseModel]
+    arguments: type[BaseModel] = AnyArguments
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("name") and cls.__name__ != "FunctionTool":
+            cls.name = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        if not cls.__dict__.get("description") and cls.__doc__:
+            cls.description = inspect.cleandoc(cls.__doc__)
 
     def invoke(self, arguments: JsonObject, ctx: ToolContext) -> JsonValue:
-        raise NotImplementedError
+        run = getattr(self, "run", None)
+        if not callable(run):
+            raise NotImplementedError(f"tool {self.name!r} must define invoke(arguments, ctx)")
+        result: JsonValue = run(**arguments)
+        return result
 
     def validate(self, arguments: Mapping[str, JsonValue]) -> JsonObject:
         try:

@@ -407,3 +407,34 @@ def test_resume_with_the_state_of_another_agent_is_refused() -> None:
     object.__setattr__(other, "name", "other")
     with pytest.raises(Exception, match="belongs to agent 'mailer'"):
         ToolLoop().resume(other, state, Approve())
+
+
+def test_a_marker_tool_subclass_needs_little_and_a_sink_may_be_a_list() -> None:
+    from loop import Agent, RequiresApproval, Tool
+
+    wiped: list[str] = []
+
+    class WipeTable(Tool, RequiresApproval):
+        """Delete every row."""
+
+        def run(self, table: str) -> str:
+            wiped.append(table)
+            return f"wiped {table}"
+
+    wipe = WipeTable()
+    assert (wipe.name, wipe.description) == ("wipe_table", "Delete every row.")
+    agent = Agent(
+        name="ops",
+        model=ScriptedModel([calls(call("wipe_table", table="users")), answer("gone")]),
+        tools=[wipe],
+    )
+    events: list[object] = []
+    with pytest.raises(ApprovalRequired) as info:
+        ToolLoop(events=events).run(agent, "wipe users")  # type: ignore[arg-type]
+    assert wiped == [] and [e.kind for e in events] == ["request", "llm", "suspended"]  # type: ignore[attr-defined]
+    seen: list[str] = []
+    result = ToolLoop(events=lambda e: seen.append(e.kind)).resume(
+        agent, info.value.state, Approve()
+    )
+    assert wiped == ["users"] and result.output == "gone"
+    assert seen[-1] == "completed"
