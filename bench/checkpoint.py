@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -36,10 +37,42 @@ Row = dict[str, float | str]
 RESULTS = Path(__file__).parent / "results" / "checkpoint.jsonl"
 
 
+def filler(size: int) -> str:
+    """Text of ``size`` characters that compresses like prose, not like one repeated byte."""
+    words = random.Random(size).choices(WORDS, k=size // 4 + 1)
+    return " ".join(words)[:size]
+
+
+WORDS = [
+    "the",
+    "customer",
+    "asked",
+    "about",
+    "refund",
+    "order",
+    "shipping",
+    "delayed",
+    "invoice",
+    "account",
+    "email",
+    "support",
+    "ticket",
+    "status",
+    "payment",
+    "card",
+    "address",
+    "tracking",
+    "number",
+    "return",
+    "policy",
+    "week",
+]
+
+
 def state_of_size(run_id: str, size: int) -> SuspendedRunState:
     call = ToolCall("c1", "send_email", {"to": "a@example.com", "body": "hi"})
     pending = (PendingCall(call.id, call.name, call.arguments, "write"),)
-    transcript = (UserMessage("x" * size), AssistantMessage(None, (call,)))
+    transcript = (UserMessage(filler(size)), AssistantMessage(None, (call,)))
     return SuspendedRunState(
         run_id=run_id,
         agent_name="mailer",
@@ -73,7 +106,7 @@ def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: in
         run, _ = repo.create("mailer", "x")
         repo.claim(run.id, "bench", LEASE)
         runs.append((run.id, state_of_size(run.id, size)))
-    body = "x" * size
+    body = filler(size)
 
     def bare(_: int) -> None:
         with engine.begin() as conn:
