@@ -107,8 +107,10 @@ class RunRepository:
         *,
         idempotency_key: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
+        first_event: tuple[str, dict[str, JsonValue]] | None = None,
     ) -> tuple[Run, bool]:
-        """Insert a queued run. With a known idempotency key, return the first run instead."""
+        """Insert a queued run, and with it its first event (kind, payload) as seq 1.
+        With a known idempotency key, return the first run instead."""
         if idempotency_key is not None:
             existing = self._by_idempotency_key(idempotency_key)
             if existing is not None:
@@ -138,9 +140,11 @@ class RunRepository:
             "updated_at": now,
             "version": 1,
         }
+        if first_event is not None:
+            values["event_seq"] = 1
         try:
             with self._one() as s:
-                s.execute(insert(RUNS).values(values))
+                self._insert_run(s, values, first_event)
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -149,6 +153,28 @@ class RunRepository:
                 raise
             return existing, False
         return _to_run(values | {"has_checkpoint": False}), True
+
+    def _insert_run(
+        self,
+        s: Connection,
+        values: dict[str, Any],
+        first_event: tuple[str, dict[str, JsonValue]] | None,
+    ) -> None:
+        if first_event is None:
+            s.execute(insert(RUNS).values(values))
+            return
+        kind, payload = first_event
+        event = {"seq": 1, "kind": kind, "payload": payload, "created_at": values["created_at"]}
+        if self.engine.dialect.name == "postgresql":
+            # one statement: the run row feeds its first event
+            inserted = insert(RUNS).values(values).returning(RUNS.c.id).cte("inserted")
+            source = select(
+                inserted.c.id, *(literal(v, EVENTS.c[k].type) for k, v in event.items())
+            )
+            s.execute(insert(EVENTS).from_select(["run_id", *event], source))
+        else:
+            s.execute(insert(RUNS).values(values))
+            s.execute(insert(EVENTS).values(run_id=values["id"], **event))
 
     def _by_idempotency_key(self, key: str) -> Run | None:
         with self._one() as s:
@@ -516,17 +542,40 @@ class RunRepository:
 
     # -- events ---------------------------------------------------------------
 
-    def append_event(self, run_id: str, kind: str, payload: dict[str, JsonValue]) -> int:
+    def _at_least(self, column: Any, value: int) -> Any:
+        fn = func.max if self.engine.dialect.name == "sqlite" else func.greatest
+        return fn(column, value)
+
+    def append_event(
+        self,
+        run_id: str,
+        kind: str,
+        payload: dict[str, JsonValue],
+        *,
+        counters: tuple[int, Usage] | None = None,
+    ) -> int:
         """Append to the run's audit stream; ``seq`` is gap-free and unique per run.
 
         The counter lives on the run row: the UPDATE takes the row lock, so
         concurrent writers queue, and a rolled-back append gives its number back.
+        ``counters`` (iterations, usage) are raised on the run row by the same
+        statement, never lowered: a model call's event and its counters are one write.
         """
         rid = parse_run_id(run_id)
+        raised: dict[str, Any] = {}
+        if counters is not None:
+            iterations, usage = counters
+            raised = {
+                "iterations": self._at_least(RUNS.c.iterations, iterations),
+                "prompt_tokens": self._at_least(RUNS.c.prompt_tokens, usage.prompt_tokens),
+                "completion_tokens": self._at_least(
+                    RUNS.c.completion_tokens, usage.completion_tokens
+                ),
+            }
         bump = (
             update(RUNS)
             .where(RUNS.c.id == rid)
-            .values(event_seq=RUNS.c.event_seq + 1)
+            .values(event_seq=RUNS.c.event_seq + 1, **raised)
             .returning(RUNS.c.event_seq)
         )
         values = {"kind": kind, "payload": payload, "created_at": self._now()}

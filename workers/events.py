@@ -9,13 +9,13 @@ from persistence.repository import RunRepository
 
 
 class RunEventSink:
-    def __init__(self, repo: RunRepository, run_id: str, owner: str, usage: Usage) -> None:
+    def __init__(self, repo: RunRepository, run_id: str, usage: Usage) -> None:
         self._repo = repo
         self._run_id = run_id
-        self._owner = owner
         self._usage = usage
 
     def emit(self, event: LoopEvent) -> None:
+        counters: tuple[int, Usage] | None = None
         match event:
             case RunStarted():
                 return  # the request event was written when the run was created
@@ -23,8 +23,8 @@ class RunEventSink:
                 return  # written, with who decided, when the decision was recorded
             case ModelCalled(iteration=iteration, usage=usage):
                 self._usage = self._usage + usage
-                self._repo.update_counters(self._run_id, self._owner, iteration, self._usage)
+                counters = (iteration, self._usage)  # kept current on the run row
         payload = event_payload(event)
         kind = str(payload.pop("kind"))
         payload.pop("run_id", None)
-        self._repo.append_event(self._run_id, kind, payload)
+        self._repo.append_event(self._run_id, kind, payload, counters=counters)

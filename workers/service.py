@@ -130,13 +130,15 @@ class Service:
         """Create a queued run and wake a worker. The same idempotency key returns the
         first run (``created`` is False) and enqueues nothing."""
         self.registry.get(agent)
+        request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata or {}}
         run, created = self.repo.create(
-            agent, input, idempotency_key=idempotency_key, metadata=metadata
+            agent,
+            input,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            first_event=("request", request),
         )
         if created:
-            self.repo.append_event(
-                run.id, "request", {"agent": agent, "input": input, "metadata": run.metadata}
-            )
             self._wake(run.id)
             log.info("run created", extra={"action": "run.created", "run_id": run.id})
         return run, created
@@ -179,7 +181,7 @@ class Service:
     def _advance(self, run: Run, owner: str) -> SegmentResult:
         agent = self.registry.get(run.agent)
         state = self.repo.load_state(run) if run.has_checkpoint else None
-        sink = RunEventSink(self.repo, run.id, owner, state.usage if state else Usage())
+        sink = RunEventSink(self.repo, run.id, state.usage if state else Usage())
         loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id))
         try:
             if state is None:

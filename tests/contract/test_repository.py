@@ -35,6 +35,18 @@ def test_create_and_get(repo: RunRepository) -> None:
     )
 
 
+def test_a_run_is_created_with_its_first_event(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x", first_event=("request", {"input": "x"}))
+    assert [(e.seq, e.kind, e.payload) for e in repo.events(run.id)] == [
+        (1, "request", {"input": "x"})
+    ]
+    assert repo.append_event(run.id, "llm", {}) == 2
+    again, created = repo.create("m", "y", idempotency_key="k", first_event=("request", {}))
+    same, created_again = repo.create("m", "z", idempotency_key="k", first_event=("request", {}))
+    assert created and not created_again and same.id == again.id
+    assert len(repo.events(again.id)) == 1
+
+
 def test_idempotency_key_returns_the_first_run(repo: RunRepository) -> None:
     first, created = repo.create("mailer", "a", idempotency_key="k-1")
     again, created_again = repo.create("mailer", "b", idempotency_key="k-1")
@@ -271,6 +283,14 @@ def test_keyset_pagination_with_filters(repo: RunRepository, clock: FakeClock) -
     assert [r.id for r in cancelled] == [ids[0]]
     with pytest.raises(BadCursorError):
         repo.list_runs(cursor="garbage!")
+
+
+def test_an_event_can_raise_the_counters_in_the_same_write(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.append_event(run.id, "llm", {}, counters=(2, Usage(20, 4)))
+    repo.append_event(run.id, "llm", {}, counters=(1, Usage(5, 1)))  # a replay: never lowers
+    current = repo.require(run.id)
+    assert (current.iterations, current.usage) == (2, Usage(20, 4))
 
 
 def test_events_have_a_gap_free_sequence(repo: RunRepository) -> None:
