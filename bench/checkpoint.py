@@ -10,31 +10,23 @@ to bench/results/checkpoint.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import statistics
-import sys
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 
+from bench.common import PG, progress, record, temporary_database
 from loop import AssistantMessage, SuspendedRunState, ToolCall, Usage, UserMessage
 from loop.state import PendingCall, turn_digest
 from persistence.db import make_engine
 from persistence.repository import RunRepository
-from tests.conftest import migrate
 
 SIZES = {"10KB": 10_000, "100KB": 100_000, "1MB": 1_000_000}
 LEASE = timedelta(seconds=60)
 Row = dict[str, float | str]
-RESULTS = Path(__file__).parent / "results" / "checkpoint.jsonl"
 
 
 def filler(size: int) -> str:
@@ -100,7 +92,7 @@ def timed(fn: Callable[[int], None], i: int) -> float:
 
 
 def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: int) -> Row:
-    print(f"[{label}] preparing {reps} runs…", file=sys.stderr, flush=True)
+    progress(f"[{label}] preparing {reps} runs…")
     runs = []
     for _ in range(reps):
         run, _ = repo.create("mailer", "x")
@@ -121,7 +113,7 @@ def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: in
         assert repo.load_state(claimed).turn_digest == state.turn_digest
 
     bare(0)
-    print(f"[{label}] measuring…", file=sys.stderr, flush=True)
+    progress(f"[{label}] measuring…")
     # interleaved, so that both see the same machine noise
     base: list[float] = []
     trip: list[float] = []
@@ -141,30 +133,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions, for a smoke check")
     parser.add_argument(
         "--url",
-        default=os.environ.get(
-            "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-        ),
+        default=PG,
     )
     args = parser.parse_args()
     reps = 20 if args.quick else 200
 
-    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(args.url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(args.url).set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate(url)
+    with temporary_database(args.url) as url:
         engine = make_engine(url)
         with engine.begin() as conn:
             conn.execute(text("CREATE TABLE bare (id bigserial primary key, body text)"))
         repo = RunRepository(engine)
         rows = [measure(engine, repo, label, size, reps) for label, size in SIZES.items()]
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
     first = float(rows[0]["checkpoint_round_trip_ms"])
     print(f"{'size':>6} {'bare ms':>9} {'round trip ms':>14} {'ratio':>6} {'vs 10KB':>8}")
@@ -175,16 +155,8 @@ def main() -> None:
             f"{row['size']:>6} {row['bare_insert_commit_ms']:>9.3f} "
             f"{row['checkpoint_round_trip_ms']:>14.3f} {row['ratio']:>6.2f} {growth:>8.2f}"
         )
-    record = {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m bench.checkpoint" + (" --quick" if args.quick else ""),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-        "repetitions": reps,
-        "results": rows,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    quick = " --quick" if args.quick else ""
+    record("checkpoint", f"checkpoint{quick}", rows, repetitions=reps)
 
 
 if __name__ == "__main__":

@@ -15,36 +15,19 @@ Prints ratios and appends results, with the command, to bench/results/segment.js
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
+from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
-from tests.conftest import migrate
 from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
 from workers.decisions import DecisionBody
-
-RESULTS = Path(__file__).parent / "results" / "segment.jsonl"
-PG = os.environ.get(
-    "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-REDIS = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/12"
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -59,31 +42,24 @@ def main() -> None:
     args = parser.parse_args()
     n, m = (100, 10) if args.quick else (1000, 100)
 
-    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
     redis.Redis.from_url(REDIS).flushdb()
-    config = {
-        "AIRLOCK_DATABASE_URL": url,
-        "AIRLOCK_BROKER_URL": REDIS,
-        "AIRLOCK_AGENTS": "bench.agents:AGENTS",
-        "AIRLOCK_HOME": str(tmp / "home"),
-    }
-    stack = Stack(config, tmp)
-    try:
-        migrate(url)
-        with stack.service.repo.engine.begin() as conn:
-            conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
-        floor = measure_floor(stack, n)
-        segment = measure_segments(stack, n)
-        latencies = measure_latency(stack, m)
-    finally:
-        stack.close()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with temporary_database() as url:
+        config = {
+            "AIRLOCK_DATABASE_URL": url,
+            "AIRLOCK_BROKER_URL": REDIS,
+            "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+            "AIRLOCK_HOME": str(tmp / "home"),
+        }
+        stack = Stack(config, tmp)
+        try:
+            with stack.service.repo.engine.begin() as conn:
+                conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
+            floor = measure_floor(stack, n)
+            segment = measure_segments(stack, n)
+            latencies = measure_latency(stack, m)
+        finally:
+            stack.close()
     latencies.sort()
     result = {
         "floor_ms_per_hop": round(floor * 1000, 3),
@@ -95,17 +71,7 @@ def main() -> None:
     }
     for key, value in result.items():
         print(f"{key:>30}: {value}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("a") as fh:
-        record = {
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": "python -m bench.segment" + (" --quick" if args.quick else ""),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-            "n": n,
-            "m": m,
-            "results": result,
-        }
-        fh.write(json.dumps(record) + "\n")
+    record("segment", "segment" + (" --quick" if args.quick else ""), result, n=n, m=m)
 
 
 def measure_floor(stack: Stack, n: int) -> float:

@@ -11,63 +11,49 @@ Each prints its ratios and appends them, with the command, to bench/results/stac
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 from bench.checkpoint import state_of_size
+from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
 from tests.api.conftest import SECRET, TOKEN
-from tests.conftest import migrate
 from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
 from workers.demo import signed_post
 
-RESULTS = Path(__file__).parent / "results" / "stack.jsonl"
-PG = os.environ.get(
-    "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-REDIS = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/12"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @contextmanager
 def deployment() -> Iterator[tuple[Stack, str, Process]]:
-    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     redis.Redis.from_url(REDIS).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
-    config = {
-        "AIRLOCK_DATABASE_URL": url,
-        "AIRLOCK_BROKER_URL": REDIS,
-        "AIRLOCK_AGENTS": "bench.agents:AGENTS",
-        "AIRLOCK_HOME": str(tmp / "home"),
-        "AIRLOCK_WEBHOOK_SECRET": SECRET,
-        "AIRLOCK_API_TOKEN": TOKEN,
-    }
-    migrate(url)
+    with temporary_database() as url:
+        config = {
+            "AIRLOCK_DATABASE_URL": url,
+            "AIRLOCK_BROKER_URL": REDIS,
+            "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+            "AIRLOCK_HOME": str(tmp / "home"),
+            "AIRLOCK_WEBHOOK_SECRET": SECRET,
+            "AIRLOCK_API_TOKEN": TOKEN,
+        }
+        with _processes(config, tmp) as running:
+            yield running
+
+
+@contextmanager
+def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, Process]]:
     stack = Stack(config, tmp)
     port = free_port()
     api = Process(
@@ -84,9 +70,6 @@ def deployment() -> Iterator[tuple[Stack, str, Process]]:
         yield stack, base, worker
     finally:
         stack.close()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _up(base: str) -> bool:
@@ -246,15 +229,7 @@ def main() -> None:
     )
     for key, value in result.items():
         print(f"{key:>32}: {value}")
-    record = {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": f"python -m bench.stack {args.which}" + (" --quick" if args.quick else ""),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-        "results": result,
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    record("stack", f"stack {args.which}" + (" --quick" if args.quick else ""), result)
 
 
 if __name__ == "__main__":

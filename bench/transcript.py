@@ -10,31 +10,18 @@ Prints each size's median and its ratio to 10 KB; appends to bench/results/trans
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from datetime import timedelta
 
 from bench.agents import MAILER
 from bench.checkpoint import SIZES, state_of_size
+from bench.common import progress, record, temporary_database
 from loop import Approve, LoopResult, ToolLoop
 from persistence.db import make_engine
 from persistence.repository import RunRepository
-from tests.conftest import migrate
 
 LEASE = timedelta(seconds=60)
-RESULTS = Path(__file__).parent / "results" / "transcript.jsonl"
-PG = os.environ.get(
-    "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 
 def checkpoint_and_resume(repo: RunRepository, size: int) -> float:
@@ -57,26 +44,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     reps = 10 if args.quick else 50
-    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     medians: dict[str, float] = {}
-    try:
-        migrate(url)
+    with temporary_database() as url:
         engine = make_engine(url)
         repo = RunRepository(engine)
         for label, size in SIZES.items():
-            print(f"[{label}] {reps} checkpoint+resume…", file=sys.stderr, flush=True)
+            progress(f"[{label}] {reps} checkpoint+resume…")
             checkpoint_and_resume(repo, size)
             medians[label] = statistics.median(
                 checkpoint_and_resume(repo, size) for _ in range(reps)
             )
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     base = medians["10KB"]
     rows = [
         {"size": k, "median_ms": round(v * 1000, 2), "ratio_to_10KB": round(v / base, 2)}
@@ -84,16 +62,8 @@ def main() -> None:
     ]
     for row in rows:
         print(f"{row['size']:>6} {row['median_ms']:>9.2f} ms  {row['ratio_to_10KB']:>6.2f}x")
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("a") as fh:
-        record = {
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": "python -m bench.transcript" + (" --quick" if args.quick else ""),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-            "repetitions": reps,
-            "results": rows,
-        }
-        fh.write(json.dumps(record) + "\n")
+    quick = " --quick" if args.quick else ""
+    record("transcript", f"transcript{quick}", rows, repetitions=reps)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,8 @@ class Run:
     updated_at: datetime
     version: int
     checkpoint: str | None = field(default=None, repr=False, compare=False)
-    """The sealed checkpoint, only on a run handed out by ``claim``; open it with
-    ``RunRepository.load_state``."""
+    """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
+    run by every read); open it with ``RunRepository.load_state``."""
 
 
 @dataclass(frozen=True, slots=True)

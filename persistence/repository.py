@@ -16,6 +16,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    case,
     delete,
     func,
     insert,
@@ -288,12 +289,10 @@ class RunRepository:
                 )
                 .values(
                     iterations=iterations,
-                    prompt_tokens=func.max(RUNS.c.prompt_tokens, usage.prompt_tokens)
-                    if self.engine.dialect.name == "sqlite"
-                    else func.greatest(RUNS.c.prompt_tokens, usage.prompt_tokens),
-                    completion_tokens=func.max(RUNS.c.completion_tokens, usage.completion_tokens)
-                    if self.engine.dialect.name == "sqlite"
-                    else func.greatest(RUNS.c.completion_tokens, usage.completion_tokens),
+                    prompt_tokens=self._at_least(RUNS.c.prompt_tokens, usage.prompt_tokens),
+                    completion_tokens=self._at_least(
+                        RUNS.c.completion_tokens, usage.completion_tokens
+                    ),
                 )
             )
             return int(result.rowcount) == 1
@@ -860,8 +859,15 @@ _RUN_COLUMNS = [c for c in RUNS.c if c.name != "suspended_state"]
 _HAS_CHECKPOINT = RUNS.c.suspended_state.is_not(None).label("has_checkpoint")
 
 
+# A waiting run's checkpoint comes with the row: whoever reads a waiting run
+# (the run view, a decision) needs its pending turn, and this spares a query.
+_WAITING_CHECKPOINT = case(
+    (RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value, RUNS.c.suspended_state), else_=None
+).label("checkpoint")
+
+
 def _run_select() -> Select[Any]:
-    return select(*_RUN_COLUMNS, _HAS_CHECKPOINT)
+    return select(*_RUN_COLUMNS, _HAS_CHECKPOINT, _WAITING_CHECKPOINT)
 
 
 def _to_run(row: Mapping[Any, Any], checkpoint: str | None = None) -> Run:
@@ -887,7 +893,7 @@ def _to_run(row: Mapping[Any, Any], checkpoint: str | None = None) -> Run:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         version=row["version"],
-        checkpoint=checkpoint,
+        checkpoint=checkpoint if checkpoint is not None else row.get("checkpoint"),
     )
 
 

@@ -348,20 +348,17 @@ class Service:
             if run is None or run.turn_digest is None:
                 continue
             action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
-            self.repo.append_event(run_id, "expired", {"action": str(action or "cancel")})
-            if action == "deny":
-                body = DecisionBody(
-                    turn_digest=run.turn_digest, decision="deny", reason="approval expired"
-                )
-                try:
+            try:
+                if action == "deny":
+                    body = DecisionBody(
+                        turn_digest=run.turn_digest, decision="deny", reason="approval expired"
+                    )
                     self.record_decision(run_id, body, source="expiry", approver="airlock")
-                except ConflictError:
-                    continue  # decided or cancelled meanwhile
-            else:
-                try:
+                else:
                     self.cancel(run_id, by="airlock:expiry")
-                except ConflictError:
-                    continue
+            except ConflictError:
+                continue  # decided or cancelled meanwhile
+            self.repo.append_event(run_id, "expired", {"action": str(action or "cancel")})
             expired.append(run_id)
         return tuple(expired)
 

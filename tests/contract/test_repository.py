@@ -341,7 +341,7 @@ def test_state_is_encrypted_at_rest(engine: Engine, clock: FakeClock) -> None:
     with engine.begin() as conn:
         conn.execute(text("update agent_runs set suspended_state = :s"), {"s": tampered})
     with pytest.raises(StateError, match="cannot be decrypted"):
-        repo.load_state(run)
+        repo.load_state(repo.require(run.id))  # read again: a Run is a snapshot
 
 
 def test_plaintext_state_is_refused_when_a_key_is_set(engine: Engine, clock: FakeClock) -> None:
@@ -357,7 +357,7 @@ def test_tampered_plain_state_is_refused(repo: RunRepository, engine: Engine) ->
     with engine.begin() as conn:
         conn.execute(text("update agent_runs set suspended_state = :s"), {"s": blob})
     with pytest.raises(StateError, match="tampered"):
-        repo.load_state(run)
+        repo.load_state(repo.require(run.id))  # read again: a Run is a snapshot
 
 
 def test_bad_state_key_names_the_variable() -> None:
