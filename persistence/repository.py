@@ -46,6 +46,8 @@ from persistence.domain import (
 from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
 
 Clock = Callable[[], datetime]
+Event = tuple[str, dict[str, JsonValue]]
+"""An audit event (kind, payload) written in the same transaction as a transition."""
 
 
 def utcnow() -> datetime:
@@ -333,8 +335,10 @@ class RunRepository:
         error: str | None = None,
         iterations: int | None = None,
         usage: Usage | None = None,
+        events: Sequence[Event] = (),
     ) -> bool:
-        """→ a terminal status; clears the lease, and the checkpoint unless the run failed."""
+        """→ a terminal status; clears the lease, and the checkpoint unless the run failed.
+        ``events`` are appended in the same transaction, only if the transition happened."""
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
         values: dict[str, Any] = {
@@ -355,40 +359,45 @@ class RunRepository:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-        with self._one() as s:
-            return self._transition(s, run_id, expected, values, owner=owner)
+        return self._transition_with(run_id, expected, values, events, owner=owner)
 
-    def cancel(self, run_id: str) -> bool:
+    def cancel(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
         """Any non-terminal status → cancelled."""
         return self.finish(
-            run_id, RunStatus.CANCELLED, expected=tuple(ACTIVE), termination="cancelled"
+            run_id,
+            RunStatus.CANCELLED,
+            expected=tuple(ACTIVE),
+            termination="cancelled",
+            events=events,
         )
 
-    def retry(self, run_id: str) -> bool:
+    def retry(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
         """failed → queued; the run continues from its last checkpoint."""
-        with self._one() as s:
-            return self._transition(
-                s,
-                run_id,
-                [RunStatus.FAILED],
-                {
-                    "status": RunStatus.QUEUED.value,
-                    "error": None,
-                    "termination": None,
-                    "attempts": 0,
-                },
-            )
+        values = {"status": RunStatus.QUEUED.value, "error": None, "termination": None}
+        return self._transition_with(run_id, [RunStatus.FAILED], values | {"attempts": 0}, events)
 
-    def requeue(self, run_id: str, owner: str) -> bool:
+    def requeue(self, run_id: str, owner: str, *, events: Sequence[Event] = ()) -> bool:
         """running → queued by the lease owner (a transient error: try again later)."""
-        with self._one() as s:
-            return self._transition(
-                s,
-                run_id,
-                [RunStatus.RUNNING],
-                {"status": RunStatus.QUEUED.value, "lease_owner": None, "lease_expires_at": None},
-                owner=owner,
-            )
+        values = {"status": RunStatus.QUEUED.value, "lease_owner": None, "lease_expires_at": None}
+        return self._transition_with(run_id, [RunStatus.RUNNING], values, events, owner=owner)
+
+    def _transition_with(
+        self,
+        run_id: str,
+        expected: Sequence[RunStatus],
+        values: dict[str, Any],
+        events: Sequence[Event],
+        *,
+        owner: str | None = None,
+    ) -> bool:
+        """A guarded transition and the audit events that tell of it, in one transaction:
+        whoever sees the new status also sees why."""
+        with self._tx() if events else self._one() as s:
+            if not self._transition(s, run_id, expected, values, owner=owner):
+                return False
+            for kind, payload in events:
+                self._append(s, run_id, kind, payload)
+            return True
 
     def reclaim_expired_leases(self, max_attempts: int, limit: int = 500) -> Reclaimed:
         """running runs whose lease expired (their worker died) → queued, or failed after
@@ -415,6 +424,8 @@ class RunRepository:
                     values["status"] = RunStatus.QUEUED.value
                 if self._transition(s, str(rid), [RunStatus.RUNNING], values, owner=owner):
                     (failed if give_up else requeued).append(str(rid))
+                    if give_up:
+                        self._append(s, str(rid), "failed", {"error": values["error"]})
         return Reclaimed(tuple(requeued), tuple(failed))
 
     def stale_queued(self, older_than: timedelta, limit: int = 500) -> list[str]:
@@ -560,6 +571,21 @@ class RunRepository:
         ``counters`` (iterations, usage) are raised on the run row by the same
         statement, never lowered: a model call's event and its counters are one write.
         """
+        with self._one() as s:
+            seq = self._append(s, run_id, kind, payload, counters=counters)
+        if seq is None:
+            raise UnknownRunError(f"no run has id {run_id!r}")
+        return seq
+
+    def _append(
+        self,
+        s: Connection,
+        run_id: str,
+        kind: str,
+        payload: dict[str, JsonValue],
+        *,
+        counters: tuple[int, Usage] | None = None,
+    ) -> int | None:
         rid = parse_run_id(run_id)
         raised: dict[str, Any] = {}
         if counters is not None:
@@ -578,26 +604,23 @@ class RunRepository:
             .returning(RUNS.c.event_seq)
         )
         values = {"kind": kind, "payload": payload, "created_at": self._now()}
-        with self._one() as s:
-            if self.engine.dialect.name == "postgresql":
-                cte = bump.cte("bumped")
-                source = select(
-                    literal(rid, RUNS.c.id.type),
-                    cte.c.event_seq,
-                    *(literal(v, EVENTS.c[k].type) for k, v in values.items()),
-                )
-                seq = s.execute(
-                    insert(EVENTS)
-                    .from_select(["run_id", "seq", *values], source)
-                    .returning(EVENTS.c.seq)
-                ).scalar_one_or_none()
-            else:
-                seq = s.execute(bump).scalar_one_or_none()
-                if seq is not None:
-                    s.execute(insert(EVENTS).values(run_id=rid, seq=seq, **values))
-            if seq is None:
-                raise UnknownRunError(f"no run has id {run_id!r}")
-        return int(seq)
+        if self.engine.dialect.name == "postgresql":
+            cte = bump.cte("bumped")
+            source = select(
+                literal(rid, RUNS.c.id.type),
+                cte.c.event_seq,
+                *(literal(v, EVENTS.c[k].type) for k, v in values.items()),
+            )
+            seq = s.execute(
+                insert(EVENTS)
+                .from_select(["run_id", "seq", *values], source)
+                .returning(EVENTS.c.seq)
+            ).scalar_one_or_none()
+        else:
+            seq = s.execute(bump).scalar_one_or_none()
+            if seq is not None:
+                s.execute(insert(EVENTS).values(run_id=rid, seq=seq, **values))
+        return None if seq is None else int(seq)
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)
@@ -622,8 +645,10 @@ class RunRepository:
         *,
         approver: str | None = None,
         webhook_id: str | None = None,
+        events: Sequence[Event] = (),
     ) -> DecisionOutcome:
-        """One transaction: the decision row (unique per turn) and waiting → queued.
+        """One transaction: the decision row (unique per turn), waiting → queued, and
+        ``events`` (the audit record of the decision).
 
         Exactly one concurrent caller records; the others learn whether theirs
         was the same decision (``duplicate``) or another (``conflict``).
@@ -655,7 +680,7 @@ class RunRepository:
             )
         )
         try:
-            with self._one() as s:
+            with self._tx() if events else self._one() as s:
                 if self.engine.dialect.name == "postgresql":
                     # one round trip: the guarded UPDATE feeds the INSERT
                     cte = moved.returning(RUNS.c.id).cte("moved")
@@ -675,6 +700,8 @@ class RunRepository:
                         s.execute(insert(DECISIONS).values(row))
                 if not won:
                     raise _NotWaitingError
+                for kind, payload in events:
+                    self._append(s, run_id, kind, payload)
         except (IntegrityError, _NotWaitingError):
             return self._explain_lost_decision(run_id, turn_digest, decision, webhook_id)
         return DecisionOutcome(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -27,7 +27,7 @@ from loop import (
     check_decisions,
 )
 from persistence.domain import Reclaimed, Run, RunStatus
-from persistence.repository import Clock, RunRepository, UnknownRunError, utcnow
+from persistence.repository import Clock, Event, RunRepository, UnknownRunError, utcnow
 from workers.decisions import DecisionBody, to_loop_decisions
 from workers.events import RunEventSink
 from workers.ledger import LedgerExecutor
@@ -223,9 +223,11 @@ class Service:
         return SegmentResult(Outcome.COMPLETED)
 
     def _fail(self, run: Run, owner: str, error: str) -> SegmentResult:
-        if not self.repo.finish(run.id, RunStatus.FAILED, owner=owner, error=error):
+        failed: Event = ("failed", {"error": error})
+        if not self.repo.finish(
+            run.id, RunStatus.FAILED, owner=owner, error=error, events=[failed]
+        ):
             return self._lease_lost(run, owner)
-        self.repo.append_event(run.id, "failed", {"error": error})
         log.warning(error, extra={"action": "segment.failed", "run_id": run.id})
         self.notify("run.failed", run.id)
         return SegmentResult(Outcome.FAILED, error=error)
@@ -235,11 +237,12 @@ class Service:
         delay *= random.uniform(0.5, 1.5)
         if isinstance(exc, ModelError) and exc.retry_after:
             delay = max(delay, exc.retry_after)
-        if not self.repo.requeue(run.id, owner):
-            return self._lease_lost(run, owner)
-        self.repo.append_event(
-            run.id, "retry", {"error": _describe(exc, run), "attempt": run.attempts, "delay": delay}
+        retry: Event = (
+            "retry",
+            {"error": _describe(exc, run), "attempt": run.attempts, "delay": delay},
         )
+        if not self.repo.requeue(run.id, owner, events=[retry]):
+            return self._lease_lost(run, owner)
         log.info("transient error; retrying", extra={"action": "segment.retry", "run_id": run.id})
         self._wake(run.id, delay)
         return SegmentResult(Outcome.RETRY, retry_in=delay, error=str(exc))
@@ -261,8 +264,10 @@ class Service:
         source: str,
         approver: str | None = None,
         webhook_id: str | None = None,
+        also: Sequence[Event] = (),
     ) -> DecisionResult:
-        """Record a decision for the turn that waits and wake a worker to resume.
+        """Record a decision for the turn that waits and wake a worker to resume. The
+        ``decision`` audit event (and ``also``, before it) is written with the decision.
 
         Raises ``UnknownRunError`` (no such run), ``DecisionError`` (malformed for this
         turn: unknown call ids, edits that fail the tool's schema) and ``ConflictError``
@@ -275,12 +280,20 @@ class Service:
         stored = body.stored()
         if run.status is RunStatus.WAITING_FOR_APPROVAL and run.turn_digest == body.turn_digest:
             self._validate(run, stored)
+        audit: Event = (
+            "decision",
+            {"turn_digest": body.turn_digest, "approver": approver, "source": source, **stored},
+        )
         outcome = self.repo.record_decision(
-            run.id, body.turn_digest, stored, approver=approver, webhook_id=webhook_id
+            run.id,
+            body.turn_digest,
+            stored,
+            approver=approver,
+            webhook_id=webhook_id,
+            events=[*also, audit],
         )
         match outcome.result:
             case "recorded":
-                self._audit_decision(run, body, stored, approver, source)
                 self._wake(run.id)
                 return DecisionResult("recorded", stored, approver)
             case "duplicate":
@@ -299,20 +312,6 @@ class Service:
         state = self.repo.load_state(run)
         check_decisions(agent, state, to_loop_decisions(stored, state))
 
-    def _audit_decision(
-        self,
-        run: Run,
-        body: DecisionBody,
-        stored: dict[str, JsonValue],
-        approver: str | None,
-        source: str,
-    ) -> None:
-        self.repo.append_event(
-            run.id,
-            "decision",
-            {"turn_digest": body.turn_digest, "approver": approver, "source": source, **stored},
-        )
-
     def pending(self, run: Run) -> SuspendedRunState | None:
         """The suspended turn an approver must see, while the run waits."""
         if run.status is not RunStatus.WAITING_FOR_APPROVAL:
@@ -321,12 +320,14 @@ class Service:
 
     # -- operator actions ----------------------------------------------------------
 
-    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
+    def cancel(self, run_id: str, *, by: str | None = None, also: Sequence[Event] = ()) -> Run:
+        """Cancel an unfinished run; its ``cancelled`` event (and ``also``, before it) is
+        written with the transition."""
         run = self.repo.require(run_id)
-        if not self.repo.cancel(run_id):
+        cancelled: Event = ("cancelled", {"by": by, "was": run.status.value})
+        if not self.repo.cancel(run_id, events=[*also, cancelled]):
             current = self.repo.require(run_id)
             raise ConflictError(f"run is {current.status}; only unfinished runs can be cancelled")
-        self.repo.append_event(run_id, "cancelled", {"by": by, "was": run.status.value})
         self.notify("run.cancelled", run_id)
         return self.repo.require(run_id)
 
@@ -334,9 +335,9 @@ class Service:
         """A failed run continues from its last checkpoint; the ledger keeps executed
         calls from running again."""
         run = self.repo.require(run_id)
-        if not self.repo.retry(run_id):
+        retried: Event = ("retry", {"by": by, "previous_error": run.error})
+        if not self.repo.retry(run_id, events=[retried]):
             raise ConflictError(f"run is {run.status}; only failed runs can be retried")
-        self.repo.append_event(run_id, "retry", {"by": by, "previous_error": run.error})
         self._wake(run_id)
         return self.repo.require(run_id)
 
@@ -348,17 +349,21 @@ class Service:
             if run is None or run.turn_digest is None:
                 continue
             action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
+            # the 'expired' event is written with the action, so it exists exactly when
+            # the action was applied
+            event: Event = ("expired", {"action": str(action or "cancel")})
             try:
                 if action == "deny":
                     body = DecisionBody(
                         turn_digest=run.turn_digest, decision="deny", reason="approval expired"
                     )
-                    self.record_decision(run_id, body, source="expiry", approver="airlock")
+                    self.record_decision(
+                        run_id, body, source="expiry", approver="airlock", also=[event]
+                    )
                 else:
-                    self.cancel(run_id, by="airlock:expiry")
+                    self.cancel(run_id, by="airlock:expiry", also=[event])
             except ConflictError:
                 continue  # decided or cancelled meanwhile
-            self.repo.append_event(run_id, "expired", {"action": str(action or "cancel")})
             expired.append(run_id)
         return tuple(expired)
 
@@ -366,7 +371,6 @@ class Service:
         """Recover what a broker dropped or a dead worker left behind."""
         reclaimed = self.repo.reclaim_expired_leases(self.limits.max_attempts)
         for run_id in reclaimed.failed:
-            self.repo.append_event(run_id, "failed", {"error": "worker lost too many times"})
             self.notify("run.failed", run_id)
         stale = self.repo.stale_queued(self.limits.queued_stale_after)
         self.repo.touch_queued(stale)

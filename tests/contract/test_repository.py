@@ -7,7 +7,9 @@ from datetime import timedelta
 
 import pytest
 from cryptography.fernet import Fernet
+from pydantic import JsonValue
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import StatementError
 
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
@@ -215,6 +217,30 @@ def test_cancel_from_any_active_status(repo: RunRepository, status: str) -> None
     cancelled = repo.require(run.id)
     assert cancelled.status is RunStatus.CANCELLED and not cancelled.has_checkpoint
     assert not repo.cancel(run.id)
+
+
+def test_a_transition_and_its_events_are_one_transaction(repo: RunRepository) -> None:
+    run, state = waiting_run(repo)
+    before = [e.seq for e in repo.events(run.id)]
+    unwritable: dict[str, JsonValue] = {"by": object()}  # type: ignore[dict-item]
+    with pytest.raises((StatementError, TypeError)):
+        repo.cancel(run.id, events=[("expired", {}), ("cancelled", unwritable)])
+    with pytest.raises((StatementError, TypeError)):
+        repo.record_decision(run.id, state.turn_digest, APPROVE, events=[("decision", unwritable)])
+    assert repo.require(run.id) == run  # neither transition happened
+    assert [e.seq for e in repo.events(run.id)] == before  # nor any event of them
+    assert repo.decision_for(run.id, state.turn_digest) is None
+
+    recorded = repo.record_decision(
+        run.id, state.turn_digest, APPROVE, events=[("decision", {"approver": "ann"})]
+    )
+    assert recorded.result == "recorded"
+    again = repo.record_decision(run.id, state.turn_digest, APPROVE, events=[("decision", {})])
+    assert again.result == "duplicate"
+    assert repo.cancel(run.id, events=[("expired", {}), ("cancelled", {"by": "t"})])
+    assert not repo.cancel(run.id, events=[("cancelled", {"by": "late"})])
+    tail = [(e.kind, e.payload) for e in repo.events(run.id)][len(before) :]
+    assert tail == [("decision", {"approver": "ann"}), ("expired", {}), ("cancelled", {"by": "t"})]
 
 
 def test_expired_leases_are_requeued_then_failed(repo: RunRepository, clock: FakeClock) -> None:

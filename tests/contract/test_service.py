@@ -13,6 +13,7 @@ from loop.messages import Message
 from loop.tools import ToolSchema
 from persistence.domain import RunStatus
 from persistence.repository import RunRepository
+from tests.conftest import FakeClock
 from tests.integration.agents import AGENTS, lookup, send_email, w1
 from workers.decisions import DecisionBody
 from workers.registry import Registry
@@ -158,3 +159,35 @@ def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
         assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
     else:
         assert service.record_decision(run.id, decision, source="t").result == "recorded"
+
+
+@pytest.mark.parametrize(
+    ("agent", "written"),
+    [("expires_cancel", ["expired", "cancelled"]), ("expires_deny", ["expired", "decision"])],
+)
+def test_expiry_applies_the_action_with_its_event(
+    engine: Engine, clock: FakeClock, agent: str, written: list[str]
+) -> None:
+    service = Service(
+        repo=RunRepository(engine, clock=clock),
+        registry=Registry(AGENTS),
+        enqueue=Woken(),
+        clock=clock,
+    )
+    run, _ = service.start_run(agent, "x")
+    decided, _ = service.start_run(agent, "y")
+    for r in (run, decided):
+        assert service.run_segment(r.id, "w").outcome is Outcome.SUSPENDED
+    digest = service.repo.require(decided.id).turn_digest
+    assert digest is not None
+    service.record_decision(
+        decided.id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+    )
+    assert service.expire_approvals() == ()  # not yet due
+    clock.advance(seconds=2)
+
+    assert service.expire_approvals() == (run.id,)
+    kinds = [e.kind for e in service.repo.events(run.id)]
+    assert kinds[kinds.index("suspended") + 1 :] == written
+    assert "expired" not in [e.kind for e in service.repo.events(decided.id)]
+    assert service.expire_approvals() == ()  # applied once

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -147,8 +148,13 @@ def test_a_segment_longer_than_the_visibility_timeout_runs_once(
     run, _ = stack.service.start_run("very_slow_read", "mail")
     wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
     # A worker restores unacked messages older than the visibility timeout when it
-    # starts polling (and every 100 s after): this one redelivers the running segment,
-    # which by the time it is up is older than 1 s.
+    # starts polling (and every 100 s after): once the running segment's message is
+    # older than that, a new worker redelivers it.
+    broker = redis.Redis.from_url(shared_redis)
+    wait_for(
+        "the message to outlive the visibility timeout", lambda: _unacked_older_than(broker, 1.5)
+    )
+    broker.close()
     second = stack.worker(concurrency=1)
     wait_for("the redelivery", lambda: "'skipped'" in second.output(), timeout=30)
     stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
@@ -195,3 +201,10 @@ def test_the_same_story_on_embedded_defaults(embedded_stack: Stack) -> None:
     approve(stack, slow.id)
     stack.wait_status(slow.id, RunStatus.COMPLETED, timeout=30)
     assert stack.executions()[send_key(slow.id)] == 1
+
+
+def _unacked_older_than(broker: redis.Redis, seconds: float) -> bool:
+    """kombu keeps each unacked message in the ``unacked_index`` sorted set, scored by
+    the time it was delivered."""
+    oldest = broker.zrange("unacked_index", 0, 0, withscores=True)
+    return bool(oldest) and time.time() - float(oldest[0][1]) > seconds
