@@ -16,6 +16,13 @@ def send_email(to: str) -> str:
 
 
 INSTANT = Agent(name="instant", model=ScriptedModel([{"content": "done"}]))
+NOOP_TOOL = Agent(
+    name="noop_tool",
+    tools=[lookup],
+    model=ScriptedModel(
+        [{"tool_calls": [{"name": "lookup", "arguments": {"q": "42"}}]}, {"content": "done"}]
+    ),
+)
 W1 = Agent(
     name="w1",
     tools=[lookup, send_email],
@@ -27,7 +34,7 @@ W1 = Agent(
         ]
     ),
 )
-AGENTS = [INSTANT, W1]
+AGENTS = [INSTANT, NOOP_TOOL, W1]
 
 
 @tool(name="send_email", effect=Effect.WRITE)

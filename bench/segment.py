@@ -4,8 +4,12 @@
 
 1. Floor: N no-op task hops (``bench.floor``, one INSERT+COMMIT each) through a real
    worker on Redis + PostgreSQL; time per hop at saturation.
-2. Airlock: N runs of an instant agent (one model call, no tools: one segment each)
-   through a real Airlock worker on the same broker and database; time per segment.
+2. Airlock: N one-segment runs through a real Airlock worker on the same broker and
+   database, created beforehand (as the floor's rows are not counted, neither is the
+   run's insert), then woken back to back: time per segment. Two agents: an instant
+   model that answers at once (one model call), and one that calls a no-op read tool
+   first (two model calls and one tool call in the segment). Then the same with the
+   run's creation counted (``start_run``: insert + request event + publish).
 3. Latency: M runs of W1 (read tool, then a gated write); each is approved once it
    waits, and the time from the decision to ``completed`` is measured.
 
@@ -56,7 +60,10 @@ def main() -> None:
             with stack.service.repo.engine.begin() as conn:
                 conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
             floor = measure_floor(stack, n)
-            segment = measure_segments(stack, n)
+            stack.worker()
+            segment = measure_segments(stack, n, "instant")
+            with_tool = measure_segments(stack, n, "noop_tool")
+            with_create = measure_runs(stack, n)
             latencies = measure_latency(stack, m)
         finally:
             stack.close()
@@ -65,7 +72,11 @@ def main() -> None:
         "floor_ms_per_hop": round(floor * 1000, 3),
         "airlock_ms_per_segment": round(segment * 1000, 3),
         "segment_cost_ratio": round(segment / floor, 2),
-        "runs_per_s": round(1 / segment, 1),
+        "noop_tool_ms_per_segment": round(with_tool * 1000, 3),
+        "noop_tool_segment_cost_ratio": round(with_tool / floor, 2),
+        "ms_per_run_with_creation": round(with_create * 1000, 3),
+        "run_with_creation_cost_ratio": round(with_create / floor, 2),
+        "runs_per_s": round(1 / with_create, 1),
         "approve_to_completed_p50_ms": round(statistics.median(latencies) * 1000, 1),
         "approve_to_completed_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
     }
@@ -97,17 +108,36 @@ def measure_floor(stack: Stack, n: int) -> float:
         argv_worker.stop()
 
 
-def measure_segments(stack: Stack, n: int) -> float:
-    progress(f"airlock: {n} one-segment runs…")
-    stack.worker()
+def measure_segments(stack: Stack, n: int, agent: str) -> float:
+    progress(f"airlock: {n} one-segment runs of {agent}, created beforehand…")
     repo = stack.service.repo
+    done = repo.count_by_status()[RunStatus.COMPLETED]
+    ids = [repo.create(agent, "go", first_event=("request", {}))[0].id for _ in range(n)]
+
+    def segments() -> None:
+        for run_id in ids:
+            stack.enqueue(run_id)
+        wait_for(
+            "the segments",
+            lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
+            timeout=600,
+            interval=0.01,
+        )
+
+    return timed(segments) / n
+
+
+def measure_runs(stack: Stack, n: int) -> float:
+    progress(f"airlock: {n} one-segment runs of instant, creation counted…")
+    repo = stack.service.repo
+    done = repo.count_by_status()[RunStatus.COMPLETED]
 
     def runs() -> None:
         for _ in range(n):
             stack.service.start_run("instant", "go")
         wait_for(
             "the runs",
-            lambda: repo.count_by_status()[RunStatus.COMPLETED] >= n,
+            lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
             timeout=600,
             interval=0.01,
         )

@@ -4,6 +4,7 @@ local Redis and PostgreSQL.
     .venv/bin/python -m bench.stack w1 [--quick]         # runs/s and approve→completed
     .venv/bin/python -m bench.stack parking [--quick]    # a fresh run with 10,000 waiting
     .venv/bin/python -m bench.stack endurance [--quick]  # worker RSS over 10,000 runs
+    .venv/bin/python -m bench.stack webhook [--quick]    # approval webhook vs /healthz
 
 Each prints its ratios and appends them, with the command, to bench/results/stack.jsonl.
 """
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
 from tests.api.conftest import SECRET, TOKEN
 from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
-from workers.demo import signed_post
+from workers.demo import signed_post, signed_request
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -219,14 +221,114 @@ def _instant_runs(stack: Stack, n: int) -> None:
     )
 
 
+def bench_webhook(quick: bool) -> dict[str, Any]:
+    """Signed approval webhooks against the app's most trivial endpoint, interleaved
+    request by request on one connection, then each with 4 clients at once."""
+    n = 200 if quick else 2000
+    with deployment() as (stack, base, worker):
+        worker.stop()  # the resumes wait in the broker: only the API is measured
+        progress(f"webhook: parking {2 * n} runs at approval…")
+        requests = [_signed_approval(stack, i) for i in range(2 * n)]
+        sequential, concurrent = requests[:n], requests[n:]
+        with httpx.Client(base_url=base) as client:
+            for _ in range(20):  # warm up
+                client.get("/healthz")
+            progress(f"webhook: {n} approvals and {n} /healthz, interleaved…")
+            approval_s: list[float] = []
+            trivial_s: list[float] = []
+            for path, content, headers in sequential:
+                approval_s.append(_timed_post(client, path, content, headers))
+                trivial_s.append(_timed_get(client, "/healthz"))
+        progress(f"webhook: throughput, {n} of each with 4 clients…")
+        approvals_per_s = _throughput(base, [partial(_post, r) for r in concurrent])
+        trivial_per_s = _throughput(base, [lambda c: c.get("/healthz")] * n)
+        waiting = stack.service.repo.count_by_status()[RunStatus.WAITING_FOR_APPROVAL]
+        assert waiting == 0, f"{waiting} approvals were not applied"
+    return {
+        "approvals": 2 * n,
+        "approval_p50_ms": round(statistics.median(approval_s) * 1000, 2),
+        "approval_p99_ms": round(pct(approval_s, 0.99) * 1000, 2),
+        "healthz_p50_ms": round(statistics.median(trivial_s) * 1000, 2),
+        "healthz_p99_ms": round(pct(trivial_s, 0.99) * 1000, 2),
+        "p50_ratio": round(statistics.median(approval_s) / statistics.median(trivial_s), 2),
+        "p99_ratio": round(pct(approval_s, 0.99) / pct(trivial_s, 0.99), 2),
+        "approvals_per_s_4_clients": round(approvals_per_s, 1),
+        "healthz_per_s_4_clients": round(trivial_per_s, 1),
+        "throughput_ratio": round(trivial_per_s / approvals_per_s, 2),
+    }
+
+
+Request = tuple[str, bytes, dict[str, str]]
+
+
+def _signed_approval(stack: Stack, i: int) -> Request:
+    """A run parked at approval (direct inserts) and its signed approval, ready to send."""
+    repo = stack.service.repo
+    run, _ = repo.create("w1", "parked")
+    repo.claim(run.id, "bench", stack.service.limits.lease)
+    state = state_of_size(run.id, 2_000)
+    repo.suspend(run.id, "bench", state, None)
+    if i % 500 == 499:
+        progress(f"  {i + 1}")
+    return signed_request(f"/v1/runs/{run.id}/approval", _approve(state.turn_digest), SECRET)
+
+
+def _approve(digest: str) -> dict[str, Any]:
+    return {"turn_digest": digest, "decision": "approve", "approver": "bench"}
+
+
+def _post(request: Request, client: httpx.Client) -> httpx.Response:
+    path, content, headers = request
+    return client.post(path, content=content, headers=headers)
+
+
+def _timed_post(client: httpx.Client, path: str, content: bytes, headers: dict[str, str]) -> float:
+    start = time.perf_counter()
+    response = client.post(path, content=content, headers=headers)
+    elapsed = time.perf_counter() - start
+    assert response.status_code == 202, response.text
+    return elapsed
+
+
+def _timed_get(client: httpx.Client, path: str) -> float:
+    start = time.perf_counter()
+    response = client.get(path)
+    elapsed = time.perf_counter() - start
+    assert response.status_code == 200, response.text
+    return elapsed
+
+
+def _throughput(base: str, calls: list[Any]) -> float:
+    """Requests per second with 4 clients, each on its own connection."""
+    clients = [httpx.Client(base_url=base) for _ in range(4)]
+    chunks = [calls[i::4] for i in range(4)]
+
+    def drive(k: int) -> None:
+        for call in chunks[k]:
+            response = call(clients[k])
+            assert response.status_code in (200, 202), response.text
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(drive, range(4)))
+    elapsed = time.perf_counter() - start
+    for c in clients:
+        c.close()
+    return len(calls) / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["w1", "parking", "endurance"])
+    parser.add_argument("which", choices=["w1", "parking", "endurance", "webhook"])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    result = {"w1": bench_w1, "parking": bench_parking, "endurance": bench_endurance}[args.which](
-        args.quick
-    )
+    benchmarks = {
+        "w1": bench_w1,
+        "parking": bench_parking,
+        "endurance": bench_endurance,
+        "webhook": bench_webhook,
+    }
+    result = benchmarks[args.which](args.quick)
     for key, value in result.items():
         print(f"{key:>32}: {value}")
     record("stack", f"stack {args.which}" + (" --quick" if args.quick else ""), result)

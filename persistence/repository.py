@@ -23,10 +23,13 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.dml import ReturningInsert, Update
+from sqlalchemy.sql.selectable import CTE, FromClause
 
 from loop import StateError, SuspendedRunState, Usage
 from persistence.crypto import StateCipher
@@ -207,7 +210,10 @@ class RunRepository:
         *,
         owner: str | None = None,
         turn_digest: str | None = None,
+        events: Sequence[Event] = (),
     ) -> bool:
+        """The guarded UPDATE, and with it ``events``: the audit record of the
+        transition exists exactly when the transition happened."""
         rid = parse_run_id(run_id)
         if rid is None:
             return False
@@ -216,13 +222,14 @@ class RunRepository:
             conditions.append(RUNS.c.turn_digest == turn_digest)
         if owner is not None:
             conditions.append(RUNS.c.lease_owner == owner)
-        result = session.execute(
+        moved = (
             update(RUNS)
             .where(*conditions)
             .values(updated_at=self._now(), version=RUNS.c.version + 1, **values)
-            .execution_options(synchronize_session=False)
         )
-        return int(result.rowcount) == 1
+        if events:
+            return bool(self._with_events(session, moved, events))
+        return int(session.execute(moved).rowcount) == 1
 
     def claim(
         self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
@@ -300,7 +307,13 @@ class RunRepository:
             return int(result.rowcount) == 1
 
     def suspend(
-        self, run_id: str, owner: str, state: SuspendedRunState, expires_at: datetime | None
+        self,
+        run_id: str,
+        owner: str,
+        state: SuspendedRunState,
+        expires_at: datetime | None,
+        *,
+        events: Sequence[Event] = (),
     ) -> bool:
         """running → waiting_for_approval, storing the checkpoint and the counters."""
         with self._one() as s:
@@ -321,6 +334,7 @@ class RunRepository:
                     "lease_expires_at": None,
                 },
                 owner=owner,
+                events=events,
             )
 
     def finish(
@@ -390,14 +404,10 @@ class RunRepository:
         *,
         owner: str | None = None,
     ) -> bool:
-        """A guarded transition and the audit events that tell of it, in one transaction:
+        """A guarded transition and the audit events that tell of it, atomically:
         whoever sees the new status also sees why."""
-        with self._tx() if events else self._one() as s:
-            if not self._transition(s, run_id, expected, values, owner=owner):
-                return False
-            for kind, payload in events:
-                self._append(s, run_id, kind, payload)
-            return True
+        with self._one() as s:
+            return self._transition(s, run_id, expected, values, owner=owner, events=events)
 
     def reclaim_expired_leases(self, max_attempts: int, limit: int = 500) -> Reclaimed:
         """running runs whose lease expired (their worker died) → queued, or failed after
@@ -422,10 +432,11 @@ class RunRepository:
                     }
                 else:
                     values["status"] = RunStatus.QUEUED.value
-                if self._transition(s, str(rid), [RunStatus.RUNNING], values, owner=owner):
+                events: list[Event] = [("failed", {"error": values["error"]})] if give_up else []
+                if self._transition(
+                    s, str(rid), [RunStatus.RUNNING], values, owner=owner, events=events
+                ):
                     (failed if give_up else requeued).append(str(rid))
-                    if give_up:
-                        self._append(s, str(rid), "failed", {"error": values["error"]})
         return Reclaimed(tuple(requeued), tuple(failed))
 
     def stale_queued(self, older_than: timedelta, limit: int = 500) -> list[str]:
@@ -586,7 +597,6 @@ class RunRepository:
         *,
         counters: tuple[int, Usage] | None = None,
     ) -> int | None:
-        rid = parse_run_id(run_id)
         raised: dict[str, Any] = {}
         if counters is not None:
             iterations, usage = counters
@@ -597,30 +607,38 @@ class RunRepository:
                     RUNS.c.completion_tokens, usage.completion_tokens
                 ),
             }
-        bump = (
-            update(RUNS)
-            .where(RUNS.c.id == rid)
-            .values(event_seq=RUNS.c.event_seq + 1, **raised)
-            .returning(RUNS.c.event_seq)
-        )
-        values = {"kind": kind, "payload": payload, "created_at": self._now()}
+        bump = update(RUNS).where(RUNS.c.id == parse_run_id(run_id))
+        seqs = self._with_events(s, bump.values(**raised) if raised else bump, [(kind, payload)])
+        return seqs[0] if seqs else None
+
+    def _with_events(self, s: Connection, moved: Update, events: Sequence[Event]) -> list[int]:
+        """Run ``moved``, an UPDATE of at most one run, reserving ``len(events)`` numbers of
+        its event sequence in the same statement, and insert the events under them.
+
+        Returns their numbers; none when ``moved`` matched no row. The sequence lives on
+        the run row: the UPDATE takes the row lock, so concurrent writers queue and the
+        numbers stay gap-free and unique. On PostgreSQL this is one statement (the
+        UPDATE feeds the INSERT in a CTE); on SQLite, two in the caller's transaction.
+        """
+        k = len(events)
+        moved = moved.values(event_seq=RUNS.c.event_seq + k).returning(RUNS.c.id, RUNS.c.event_seq)
+        now = self._now()
         if self.engine.dialect.name == "postgresql":
-            cte = bump.cte("bumped")
-            source = select(
-                literal(rid, RUNS.c.id.type),
-                cte.c.event_seq,
-                *(literal(v, EVENTS.c[k].type) for k, v in values.items()),
-            )
-            seq = s.execute(
-                insert(EVENTS)
-                .from_select(["run_id", "seq", *values], source)
-                .returning(EVENTS.c.seq)
-            ).scalar_one_or_none()
-        else:
-            seq = s.execute(bump).scalar_one_or_none()
-            if seq is not None:
-                s.execute(insert(EVENTS).values(run_id=rid, seq=seq, **values))
-        return None if seq is None else int(seq)
+            inserted = s.execute(_insert_events(moved.cte("moved"), events, now)).scalars()
+            return sorted(int(seq) for seq in inserted)
+        row = s.execute(moved).first()
+        if row is None:
+            return []
+        first = int(row.event_seq) - k + 1
+        s.execute(
+            insert(EVENTS),
+            [
+                {"run_id": row.id, "seq": first + i, "kind": kind, "payload": payload,
+                 "created_at": now}
+                for i, (kind, payload) in enumerate(events)
+            ],
+        )  # fmt: skip
+        return list(range(first, first + k))
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)
@@ -680,33 +698,40 @@ class RunRepository:
             )
         )
         try:
-            with self._tx() if events else self._one() as s:
+            with self._one() as s:
                 if self.engine.dialect.name == "postgresql":
-                    # one round trip: the guarded UPDATE feeds the INSERT
-                    cte = moved.returning(RUNS.c.id).cte("moved")
-                    columns = [k for k in row if k != "run_id"]
-                    source = select(
-                        cte.c.id, *(literal(row[k], DECISIONS.c[k].type) for k in columns)
-                    )
-                    inserted = s.execute(
-                        insert(DECISIONS)
-                        .from_select(["run_id", *columns], source)
-                        .returning(DECISIONS.c.id)
-                    ).first()
-                    won = inserted is not None
+                    won = self._decide_in_one_statement(s, moved, row, events)
+                elif events:
+                    won = bool(self._with_events(s, moved, events))
                 else:
                     won = int(s.execute(moved).rowcount) == 1
-                    if won:
-                        s.execute(insert(DECISIONS).values(row))
                 if not won:
                     raise _NotWaitingError
-                for kind, payload in events:
-                    self._append(s, run_id, kind, payload)
+                if self.engine.dialect.name != "postgresql":
+                    s.execute(insert(DECISIONS).values(row))
         except (IntegrityError, _NotWaitingError):
             return self._explain_lost_decision(run_id, turn_digest, decision, webhook_id)
         return DecisionOutcome(
             "recorded", DecisionRecord(run_id, turn_digest, decision, approver, webhook_id, now)
         )
+
+    def _decide_in_one_statement(
+        self, s: Connection, moved: Update, row: dict[str, Any], events: Sequence[Event]
+    ) -> bool:
+        """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
+        events' INSERT, in one round trip; a second decision for the turn violates the
+        unique key and rolls all of it back."""
+        k = len(events)
+        bumped = moved.values(event_seq=RUNS.c.event_seq + k)
+        cte = bumped.returning(RUNS.c.id, RUNS.c.event_seq).cte("moved")
+        columns = [c for c in row if c != "run_id"]
+        source = select(cte.c.id, *(literal(row[c], DECISIONS.c[c].type) for c in columns))
+        decided = insert(DECISIONS).from_select(["run_id", *columns], source)
+        if not events:
+            return s.execute(decided.returning(DECISIONS.c.id)).first() is not None
+        both = decided.returning(DECISIONS.c.run_id).cte("decided")
+        joined = cte.join(both, both.c.run_id == cte.c.id)
+        return bool(s.execute(_insert_events(cte, events, row["created_at"], joined)).all())
 
     def _explain_lost_decision(
         self,
@@ -891,6 +916,32 @@ _HAS_CHECKPOINT = RUNS.c.suspended_state.is_not(None).label("has_checkpoint")
 _WAITING_CHECKPOINT = case(
     (RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value, RUNS.c.suspended_state), else_=None
 ).label("checkpoint")
+
+
+def _insert_events(
+    moved: CTE, events: Sequence[Event], now: datetime, source: FromClause | None = None
+) -> ReturningInsert[int]:
+    """INSERT the events under the sequence numbers ``moved`` (a CTE of one run's UPDATE
+    returning ``id`` and the raised ``event_seq``) reserved for them."""
+    k = len(events)
+    rows = [
+        select(
+            moved.c.id,
+            moved.c.event_seq - (k - 1 - i),
+            literal(kind, EVENTS.c.kind.type),
+            literal(payload, EVENTS.c.payload.type),
+            literal(now, EVENTS.c.created_at.type),
+        ).select_from(source if source is not None else moved)
+        for i, (kind, payload) in enumerate(events)
+    ]
+    return (
+        insert(EVENTS)
+        .from_select(
+            ["run_id", "seq", "kind", "payload", "created_at"],
+            rows[0] if k == 1 else union_all(*rows),
+        )
+        .returning(EVENTS.c.seq)
+    )
 
 
 def _run_select() -> Select[Any]:

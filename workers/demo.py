@@ -106,7 +106,10 @@ def poll(what: str, probe: Callable[[], Any], timeout: float, interval: float = 
     return value
 
 
-def signed_post(base: str, path: str, body: dict[str, Any], secret: str) -> httpx.Response:
+def signed_request(
+    path: str, body: dict[str, Any], secret: str
+) -> tuple[str, bytes, dict[str, str]]:
+    """(path, content, headers) of a webhook signed per Standard Webhooks."""
     data = json.dumps(body)
     webhook_id = f"msg_{uuid.uuid4().hex}"
     now = datetime.now(UTC)
@@ -116,7 +119,12 @@ def signed_post(base: str, path: str, body: dict[str, Any], secret: str) -> http
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": Webhook(secret).sign(webhook_id, now, data),
     }
-    return httpx.post(f"{base}{path}", content=data, headers=headers, timeout=10)
+    return path, data.encode(), headers
+
+
+def signed_post(base: str, path: str, body: dict[str, Any], secret: str) -> httpx.Response:
+    path, content, headers = signed_request(path, body, secret)
+    return httpx.post(f"{base}{path}", content=content, headers=headers, timeout=10)
 
 
 # -- demo -------------------------------------------------------------------------------------

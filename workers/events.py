@@ -4,8 +4,8 @@ and the run row's counters are kept current after every model call."""
 from __future__ import annotations
 
 from loop import LoopEvent, Usage, event_payload
-from loop.events import DecisionApplied, ModelCalled, RunStarted
-from persistence.repository import RunRepository
+from loop.events import DecisionApplied, Finished, ModelCalled, RunStarted, Suspended
+from persistence.repository import Event, RunRepository
 
 
 class RunEventSink:
@@ -13,6 +13,9 @@ class RunEventSink:
         self._repo = repo
         self._run_id = run_id
         self._usage = usage
+        self.held: list[Event] = []
+        """The segment's last event (completed, suspended): it is written by the run's
+        transition, in the same statement, and not at all if the transition fails."""
 
     def emit(self, event: LoopEvent) -> None:
         counters: tuple[int, Usage] | None = None
@@ -27,4 +30,7 @@ class RunEventSink:
         payload = event_payload(event)
         kind = str(payload.pop("kind"))
         payload.pop("run_id", None)
+        if isinstance(event, Finished | Suspended):
+            self.held.append((kind, payload))
+            return
         self._repo.append_event(self._run_id, kind, payload, counters=counters)

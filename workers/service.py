@@ -193,20 +193,27 @@ class Service:
                 decisions = to_loop_decisions(record.decision, state)
                 result = loop.resume(agent, state, decisions, approver=record.approver)
         except ApprovalRequired as pause:
-            return self._suspend(run, owner, agent, pause.state)
-        return self._complete(run, owner, result)
+            return self._suspend(run, owner, agent, pause.state, sink.held)
+        return self._complete(run, owner, result, sink.held)
 
     def _suspend(
-        self, run: Run, owner: str, agent: Agent, state: SuspendedRunState
+        self,
+        run: Run,
+        owner: str,
+        agent: Agent,
+        state: SuspendedRunState,
+        events: Sequence[Event],
     ) -> SegmentResult:
         expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
-        if not self.repo.suspend(run.id, owner, state, expires):
+        if not self.repo.suspend(run.id, owner, state, expires, events=events):
             return self._lease_lost(run, owner)
         log.info("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
         self.notify("run.waiting_for_approval", run.id)
         return SegmentResult(Outcome.SUSPENDED)
 
-    def _complete(self, run: Run, owner: str, result: LoopResult) -> SegmentResult:
+    def _complete(
+        self, run: Run, owner: str, result: LoopResult, events: Sequence[Event]
+    ) -> SegmentResult:
         finished = self.repo.finish(
             run.id,
             RunStatus.COMPLETED,
@@ -215,6 +222,7 @@ class Service:
             output=result.output,
             iterations=result.iterations,
             usage=result.usage,
+            events=events,
         )
         if not finished:
             return self._lease_lost(run, owner)

@@ -181,7 +181,10 @@ class Stack:
             return run if run.status in statuses else None
 
         return wait_for(
-            f"run {run_id} to be {'/'.join(statuses)} (logs in {self.tmp})", probe, timeout
+            f"run {run_id} to be {'/'.join(statuses)} (logs in {self.tmp})",
+            probe,
+            timeout,
+            interval,
         )
 
     def executions(self) -> Counter[str]:
