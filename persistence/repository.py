@@ -12,10 +12,12 @@ from typing import Any, cast
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    ColumnElement,
     Engine,
     Select,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -28,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql.dml import ReturningInsert, Update
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate, Update
 from sqlalchemy.sql.selectable import CTE, FromClause
 
 from loop import StateError, SuspendedRunState, Usage
@@ -244,26 +246,12 @@ class RunRepository:
         if rid is None:
             return None
         now = self._now()
-        claimable = RUNS.c.status == RunStatus.QUEUED.value
-        if take_over is not None:
-            claimable = or_(
-                claimable,
-                and_(RUNS.c.status == RunStatus.RUNNING.value, RUNS.c.lease_owner == take_over),
-            )
+        params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
         with self._one() as s:
-            row = s.execute(
-                update(RUNS)
-                .where(RUNS.c.id == rid, claimable)
-                .values(
-                    status=RunStatus.RUNNING.value,
-                    lease_owner=owner,
-                    lease_expires_at=now + lease,
-                    attempts=RUNS.c.attempts + 1,
-                    updated_at=now,
-                    version=RUNS.c.version + 1,
-                )
-                .returning(*_RUN_COLUMNS, RUNS.c.suspended_state)
-            ).first()
+            if take_over is None:
+                row = s.execute(_CLAIM, params).first()
+            else:
+                row = s.execute(_TAKE_OVER, params | {"previous": take_over}).first()
         if row is None:
             return None
         checkpoint = row.suspended_state
@@ -575,28 +563,31 @@ class RunRepository:
         *,
         counters: tuple[int, Usage] | None = None,
     ) -> int:
-        """Append to the run's audit stream; ``seq`` is gap-free and unique per run.
+        """Append to the run's audit stream; ``seq`` is gap-free and unique per run."""
+        return self.append_events(run_id, [(kind, payload)], counters=counters)[0]
 
-        The counter lives on the run row: the UPDATE takes the row lock, so
-        concurrent writers queue, and a rolled-back append gives its number back.
+    def append_events(
+        self, run_id: str, events: Sequence[Event], *, counters: tuple[int, Usage] | None = None
+    ) -> list[int]:
+        """Append events in one statement; returns their ``seq``.
+
         ``counters`` (iterations, usage) are raised on the run row by the same
         statement, never lowered: a model call's event and its counters are one write.
         """
         with self._one() as s:
-            seq = self._append(s, run_id, kind, payload, counters=counters)
-        if seq is None:
+            seqs = self._append(s, run_id, events, counters=counters)
+        if not seqs:
             raise UnknownRunError(f"no run has id {run_id!r}")
-        return seq
+        return seqs
 
     def _append(
         self,
         s: Connection,
         run_id: str,
-        kind: str,
-        payload: dict[str, JsonValue],
+        events: Sequence[Event],
         *,
         counters: tuple[int, Usage] | None = None,
-    ) -> int | None:
+    ) -> list[int]:
         raised: dict[str, Any] = {}
         if counters is not None:
             iterations, usage = counters
@@ -608,8 +599,7 @@ class RunRepository:
                 ),
             }
         bump = update(RUNS).where(RUNS.c.id == parse_run_id(run_id))
-        seqs = self._with_events(s, bump.values(**raised) if raised else bump, [(kind, payload)])
-        return seqs[0] if seqs else None
+        return self._with_events(s, bump.values(**raised) if raised else bump, events)
 
     def _with_events(self, s: Connection, moved: Update, events: Sequence[Event]) -> list[int]:
         """Run ``moved``, an UPDATE of at most one run, reserving ``len(events)`` numbers of
@@ -916,6 +906,36 @@ _HAS_CHECKPOINT = RUNS.c.suspended_state.is_not(None).label("has_checkpoint")
 _WAITING_CHECKPOINT = case(
     (RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value, RUNS.c.suspended_state), else_=None
 ).label("checkpoint")
+
+
+def _claim(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
+    """queued → running; built once with bind parameters, as a segment's first statement
+    it is the hottest one."""
+    return (
+        update(RUNS)
+        .where(RUNS.c.id == bindparam("rid"), claimable)
+        .values(
+            status=RunStatus.RUNNING.value,
+            lease_owner=bindparam("owner"),
+            lease_expires_at=bindparam("expires"),
+            attempts=RUNS.c.attempts + 1,
+            updated_at=bindparam("now"),
+            version=RUNS.c.version + 1,
+        )
+        .returning(*_RUN_COLUMNS, RUNS.c.suspended_state)
+    )
+
+
+_CLAIM = _claim(RUNS.c.status == RunStatus.QUEUED.value)
+_TAKE_OVER = _claim(
+    or_(
+        RUNS.c.status == RunStatus.QUEUED.value,
+        and_(
+            RUNS.c.status == RunStatus.RUNNING.value,
+            RUNS.c.lease_owner == bindparam("previous"),
+        ),
+    )
+)
 
 
 def _insert_events(

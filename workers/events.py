@@ -1,36 +1,51 @@
-"""The loop's event sink for a run: every event goes to ``run_events`` as it happens,
-and the run row's counters are kept current after every model call."""
+"""The loop's event sink for a run: the audit stream, written behind the run.
+
+Events are kept in memory only while the run does nothing but compute: they are
+written, in one statement, before the run touches the outside world again (a tool
+call, a model call) and with the run's transition at the end of the segment (the
+same statement that finishes, suspends, fails or requeues it). So the stream never
+lacks the record of a call that had effects before the next one starts, the row's
+counters are current whenever a call is in flight, and a segment that lost its lease
+writes nothing more.
+"""
 
 from __future__ import annotations
 
 from loop import LoopEvent, Usage, event_payload
-from loop.events import DecisionApplied, Finished, ModelCalled, RunStarted, Suspended
+from loop.events import DecisionApplied, ModelCalled, RunStarted
 from persistence.repository import Event, RunRepository
 
 
 class RunEventSink:
-    def __init__(self, repo: RunRepository, run_id: str, usage: Usage) -> None:
+    def __init__(self, repo: RunRepository, run_id: str, usage: Usage | None = None) -> None:
         self._repo = repo
         self._run_id = run_id
-        self._usage = usage
-        self.held: list[Event] = []
-        """The segment's last event (completed, suspended): it is written by the run's
-        transition, in the same statement, and not at all if the transition fails."""
+        self.usage = usage or Usage()
+        """The run's token totals so far: seeded from the checkpoint, raised per model call."""
+        self._pending: list[Event] = []
+        self._counters: tuple[int, Usage] | None = None
 
     def emit(self, event: LoopEvent) -> None:
-        counters: tuple[int, Usage] | None = None
         match event:
             case RunStarted():
                 return  # the request event was written when the run was created
             case DecisionApplied(source="operator"):
                 return  # written, with who decided, when the decision was recorded
             case ModelCalled(iteration=iteration, usage=usage):
-                self._usage = self._usage + usage
-                counters = (iteration, self._usage)  # kept current on the run row
+                self.usage = self.usage + usage
+                self._counters = (iteration, self.usage)  # raised on the run row with it
         payload = event_payload(event)
         kind = str(payload.pop("kind"))
         payload.pop("run_id", None)
-        if isinstance(event, Finished | Suspended):
-            self.held.append((kind, payload))
-            return
-        self._repo.append_event(self._run_id, kind, payload, counters=counters)
+        self._pending.append((kind, payload))
+
+    def flush(self) -> None:
+        """Write what is pending: the run is about to act on the outside world."""
+        if self._pending:
+            self._repo.append_events(self._run_id, self._pending, counters=self._counters)
+        self._pending, self._counters = [], None
+
+    def take(self) -> list[Event]:
+        """Hand what is pending to the run's transition, which writes it."""
+        pending, self._pending, self._counters = self._pending, [], None
+        return pending

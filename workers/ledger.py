@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
 from persistence.domain import CallStatus
 from persistence.repository import RunRepository
@@ -27,11 +29,16 @@ class LedgerExecutor:
     tool is read-only or an idempotent write; otherwise the run fails.
     """
 
-    def __init__(self, repo: RunRepository, run_id: str) -> None:
+    def __init__(
+        self, repo: RunRepository, run_id: str, before: Callable[[], None] | None = None
+    ) -> None:
         self._repo = repo
         self._run_id = run_id
+        self._before = before
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        if self._before is not None:
+            self._before()
         call_id = invocation.context.call_id
         entry, fresh = self._repo.start_call(
             self._run_id,

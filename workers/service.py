@@ -6,7 +6,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -19,13 +19,16 @@ from loop import (
     ApprovalRequired,
     DecisionError,
     LoopResult,
+    Model,
     ModelError,
+    ModelResponse,
     StateError,
     SuspendedRunState,
     ToolLoop,
-    Usage,
     check_decisions,
 )
+from loop.messages import Message
+from loop.tools import ToolSchema
 from persistence.domain import Reclaimed, Run, RunStatus
 from persistence.repository import Clock, Event, RunRepository, UnknownRunError, utcnow
 from workers.decisions import DecisionBody, to_loop_decisions
@@ -168,21 +171,26 @@ class Service:
             )
             return SegmentResult(Outcome.SKIPPED)
         log.info("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
+        sink = RunEventSink(self.repo, run.id)
         with _LeaseKeeper(self.repo, run_id, owner, self.limits.lease):
             try:
-                return self._advance(run, owner)
+                return self._advance(run, owner, sink)
             except Exception as exc:
                 if is_database_error(exc):
                     raise
+                sink.flush()  # what the segment did before it failed, counters included
                 if is_transient(exc) and run.attempts < self.limits.max_attempts:
                     return self._retry_later(run, owner, exc)
                 return self._fail(run, owner, _describe(exc, run))
 
-    def _advance(self, run: Run, owner: str) -> SegmentResult:
+    def _advance(self, run: Run, owner: str, sink: RunEventSink) -> SegmentResult:
         agent = self.registry.get(run.agent)
         state = self.repo.load_state(run) if run.has_checkpoint else None
-        sink = RunEventSink(self.repo, run.id, state.usage if state else Usage())
-        loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id))
+        if state is not None:
+            sink.usage = state.usage
+        # the events of the segment so far are written before each model or tool call
+        agent = replace(agent, model=_FlushFirst(agent.model, sink.flush))
+        loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id, sink.flush))
         try:
             if state is None:
                 result = loop.run(agent, run.input, run_id=run.id)
@@ -193,8 +201,8 @@ class Service:
                 decisions = to_loop_decisions(record.decision, state)
                 result = loop.resume(agent, state, decisions, approver=record.approver)
         except ApprovalRequired as pause:
-            return self._suspend(run, owner, agent, pause.state, sink.held)
-        return self._complete(run, owner, result, sink.held)
+            return self._suspend(run, owner, agent, pause.state, sink.take())
+        return self._complete(run, owner, result, sink.take())
 
     def _suspend(
         self,
@@ -398,6 +406,18 @@ class Service:
 
     def purge(self, older_than: timedelta, *, progress: Callable[[int], None] | None = None) -> int:
         return self.repo.purge(older_than, progress=progress)
+
+
+class _FlushFirst:
+    """The agent's model, behind a call to ``before``."""
+
+    def __init__(self, model: Model, before: Callable[[], None]) -> None:
+        self._model = model
+        self._before = before
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        self._before()
+        return self._model.complete(transcript, tools)
 
 
 class _LeaseKeeper:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from loop import Agent, ModelError, ModelResponse, ScriptedModel
+from loop import Agent, ModelError, ModelResponse, ScriptedModel, tool
 from loop.messages import Message
 from loop.tools import ToolSchema
 from persistence.domain import RunStatus
@@ -191,3 +191,50 @@ def test_expiry_applies_the_action_with_its_event(
     assert kinds[kinds.index("suspended") + 1 :] == written
     assert "expired" not in [e.kind for e in service.repo.events(decided.id)]
     assert service.expire_approvals() == ()  # applied once
+
+
+def test_a_segments_events_are_stored_before_each_model_and_tool_call(engine: Engine) -> None:
+    repo = RunRepository(engine)
+    seen: list[tuple[str, list[str], int, int]] = []
+    script = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "peek", "arguments": {}}], "usage": {"prompt_tokens": 7}},
+            {"content": "done", "usage": {"prompt_tokens": 5}},
+        ]
+    )
+
+    def look(what: str) -> None:
+        (run,) = repo.list_runs().runs
+        seen.append(
+            (what, [e.kind for e in repo.events(run.id)], run.iterations, run.usage.prompt_tokens)
+        )
+
+    class Watching:
+        def complete(
+            self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
+        ) -> ModelResponse:
+            look("model")
+            return script.complete(transcript, tools)
+
+    @tool
+    def peek() -> str:
+        look("tool")
+        return "ok"
+
+    service, _ = make_service(engine, Agent(name="watched", model=Watching(), tools=[peek]))
+    run, _ = service.start_run("watched", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+    assert seen == [
+        ("model", ["request"], 0, 0),
+        ("tool", ["request", "llm"], 1, 7),  # the model call is on record, counters too
+        ("model", ["request", "llm", "tool"], 1, 7),
+    ]
+    done = service.repo.require(run.id)
+    assert [e.kind for e in service.repo.events(run.id)] == [
+        "request",
+        "llm",
+        "tool",
+        "llm",
+        "completed",
+    ]
+    assert (done.iterations, done.usage.prompt_tokens) == (2, 12)
