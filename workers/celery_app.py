@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import os
 import random
+import time
 from datetime import timedelta
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 from pydantic import JsonValue
 
+from workers import metrics
 from workers.notify import DeliveryError, build_event, deliver
 from workers.runtime import service
 from workers.service import EventType, is_database_error
@@ -95,6 +97,17 @@ def notify_run(event_type: EventType, run_id: str) -> None:
         notify.apply_async((event_type, run_id))
 
 
+@worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    config = settings()
+    if config.worker_metrics_port:
+        metrics.serve(config.worker_metrics_port, config.home / "metrics")
+        log.info(
+            "serving metrics",
+            extra={"action": "metrics.serving", "port": config.worker_metrics_port},
+        )
+
+
 @worker_process_init.connect
 def _fresh_connections(**_: object) -> None:
     # a forked child must not share the parent's database connections
@@ -108,8 +121,11 @@ def _backoff(retries: int) -> float:
 @app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
 def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
     owner = f"{self.request.hostname}:{os.getpid()}:{self.request.id}:{self.request.retries}"
+    started = time.perf_counter()
     try:
-        return service().run_segment(run_id, owner, take_over=take_over).outcome.value
+        outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
+        metrics.observe_segment(outcome, time.perf_counter() - started)
+        return outcome
     except Exception as exc:
         if not is_database_error(exc):
             raise

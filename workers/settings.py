@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     soft_shutdown_timeout: float = Field(default=30.0, ge=0)
     retry_base_delay: float = Field(default=1.0, gt=0)
     retry_max_delay: float = Field(default=300.0, gt=0)
+    # a worker serves its Prometheus metrics (segment durations) on this port
+    worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("database_url")
     @classmethod

@@ -6,12 +6,13 @@ import threading
 import time
 from collections import Counter
 
+import httpx
 import pytest
 import redis
 
 from persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Stack, wait_for
+from tests.integration.harness import Stack, free_port, wait_for
 from workers.decisions import DecisionBody
 from workers.service import ConflictError
 
@@ -208,3 +209,36 @@ def _unacked_older_than(broker: redis.Redis, seconds: float) -> bool:
     the time it was delivered."""
     oldest = broker.zrange("unacked_index", 0, 0, withscores=True)
     return bool(oldest) and time.time() - float(oldest[0][1]) > seconds
+
+
+def test_a_worker_serves_its_segment_durations(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str
+) -> None:
+    port = free_port()
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_WORKER_METRICS_PORT=str(port),
+    )
+    stack.worker()
+    run, _ = stack.service.start_run("w1", "mail")
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+    approve(stack, run.id)
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+
+    def scrape() -> str | None:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        return (
+            text if 'airlock_segment_duration_seconds_count{outcome="completed"}' in text else None
+        )
+
+    text = wait_for("the completed segment in the metrics", scrape, timeout=10)
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("airlock_segment_duration_seconds_count")
+    }
+    assert samples == {
+        'airlock_segment_duration_seconds_count{outcome="suspended"}': 1.0,
+        'airlock_segment_duration_seconds_count{outcome="completed"}': 1.0,
+    }

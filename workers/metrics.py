@@ -1,0 +1,46 @@
+"""Worker metrics: how long segments take, by outcome.
+
+Segments run in the pool's child processes, so the metrics use prometheus_client's
+multiprocess mode: each child writes its samples to files in a folder, and the
+worker's main process serves them all on ``AIRLOCK_WORKER_METRICS_PORT``. The mode is
+chosen when prometheus_client is first imported, so it is imported here, lazily,
+after the folder is set up, and only in a worker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+_segments: Any = None
+
+
+def serve(port: int, folder: Path) -> None:
+    """In the worker's main process, before the pool forks: start serving."""
+    global _segments  # noqa: PLW0603 - one histogram per worker, made before the fork
+    shutil.rmtree(folder, ignore_errors=True)  # samples of an earlier worker's children
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    from prometheus_client import (  # noqa: PLC0415 - only after the folder is set
+        CollectorRegistry,
+        Histogram,
+        multiprocess,
+        start_http_server,
+    )
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    start_http_server(port, registry=registry)
+    _segments = Histogram(
+        "airlock_segment_duration_seconds",
+        "Time from claim to the segment's last write, by outcome",
+        ["outcome"],
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    )
+
+
+def observe_segment(outcome: str, seconds: float) -> None:
+    if _segments is not None:
+        _segments.labels(outcome).observe(seconds)
