@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import JsonValue
 from sqlalchemy import (
@@ -51,6 +52,7 @@ from persistence.domain import (
 from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 Event = tuple[str, dict[str, JsonValue]]
 """An audit event (kind, payload) written in the same transaction as a transition."""
 
@@ -86,6 +88,18 @@ class RunRepository:
         )
         self._cipher = cipher or StateCipher()
         self._now = clock
+        self._statements: dict[Hashable, Any] = {}
+
+    def _statement(self, key: Hashable | None, build: Callable[[], T]) -> T:
+        """A statement of the hot path, built once per shape with bind parameters:
+        building and cache-keying SQLAlchemy constructs costs more than executing
+        them on a local database. ``key`` None: built every time."""
+        if key is None:
+            return build()
+        statement: T | None = self._statements.get(key)
+        if statement is None:
+            statement = self._statements[key] = build()
+        return statement
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -219,19 +233,31 @@ class RunRepository:
         rid = parse_run_id(run_id)
         if rid is None:
             return False
-        conditions = [RUNS.c.id == rid, RUNS.c.status.in_([s.value for s in expected])]
-        if turn_digest is not None:
-            conditions.append(RUNS.c.turn_digest == turn_digest)
-        if owner is not None:
-            conditions.append(RUNS.c.lease_owner == owner)
-        moved = (
-            update(RUNS)
-            .where(*conditions)
-            .values(updated_at=self._now(), version=RUNS.c.version + 1, **values)
-        )
+        statuses = tuple(s.value for s in expected)
+        columns = tuple(sorted(values))
+        key = ("transition", statuses, columns, owner is not None, turn_digest is not None)
+
+        def build() -> Update:
+            conditions = [RUNS.c.id == bindparam("rid"), RUNS.c.status.in_(statuses)]
+            if turn_digest is not None:
+                conditions.append(RUNS.c.turn_digest == bindparam("digest"))
+            if owner is not None:
+                conditions.append(RUNS.c.lease_owner == bindparam("owner"))
+            return (
+                update(RUNS)
+                .where(*conditions)
+                .values(
+                    updated_at=bindparam("now"),
+                    version=RUNS.c.version + 1,
+                    **{c: bindparam(f"v_{c}", type_=RUNS.c[c].type) for c in columns},
+                )
+            )
+
+        params: dict[str, Any] = {"rid": rid, "now": self._now(), "owner": owner}
+        params |= {"digest": turn_digest} | {f"v_{c}": values[c] for c in columns}
         if events:
-            return bool(self._with_events(session, moved, events))
-        return int(session.execute(moved).rowcount) == 1
+            return bool(self._with_events(session, key, build, params, events))
+        return int(session.execute(self._statement(key, build), params).rowcount) == 1
 
     def claim(
         self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
@@ -551,7 +577,7 @@ class RunRepository:
 
     # -- events ---------------------------------------------------------------
 
-    def _at_least(self, column: Any, value: int) -> Any:
+    def _at_least(self, column: Any, value: Any) -> Any:
         fn = func.max if self.engine.dialect.name == "sqlite" else func.greatest
         return fn(column, value)
 
@@ -588,35 +614,57 @@ class RunRepository:
         *,
         counters: tuple[int, Usage] | None = None,
     ) -> list[int]:
-        raised: dict[str, Any] = {}
+        def build() -> Update:
+            bump = update(RUNS).where(RUNS.c.id == bindparam("rid"))
+            if counters is None:
+                return bump
+            return bump.values(
+                iterations=self._at_least(RUNS.c.iterations, bindparam("iterations")),
+                prompt_tokens=self._at_least(RUNS.c.prompt_tokens, bindparam("prompt")),
+                completion_tokens=self._at_least(RUNS.c.completion_tokens, bindparam("completion")),
+            )
+
+        params: dict[str, Any] = {"rid": parse_run_id(run_id)}
         if counters is not None:
             iterations, usage = counters
-            raised = {
-                "iterations": self._at_least(RUNS.c.iterations, iterations),
-                "prompt_tokens": self._at_least(RUNS.c.prompt_tokens, usage.prompt_tokens),
-                "completion_tokens": self._at_least(
-                    RUNS.c.completion_tokens, usage.completion_tokens
-                ),
+            params |= {
+                "iterations": iterations,
+                "prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
             }
-        bump = update(RUNS).where(RUNS.c.id == parse_run_id(run_id))
-        return self._with_events(s, bump.values(**raised) if raised else bump, events)
+        return self._with_events(s, ("append", counters is not None), build, params, events)
 
-    def _with_events(self, s: Connection, moved: Update, events: Sequence[Event]) -> list[int]:
-        """Run ``moved``, an UPDATE of at most one run, reserving ``len(events)`` numbers of
-        its event sequence in the same statement, and insert the events under them.
+    def _with_events(
+        self,
+        s: Connection,
+        key: Hashable | None,
+        build: Callable[[], Update],
+        params: dict[str, Any],
+        events: Sequence[Event],
+    ) -> list[int]:
+        """Run the UPDATE ``build`` makes (of at most one run; its shape is ``key``),
+        reserving ``len(events)`` numbers of the run's event sequence in the same
+        statement, and insert the events under them.
 
-        Returns their numbers; none when ``moved`` matched no row. The sequence lives on
-        the run row: the UPDATE takes the row lock, so concurrent writers queue and the
-        numbers stay gap-free and unique. On PostgreSQL this is one statement (the
+        Returns their numbers; none when the UPDATE matched no row. The sequence lives
+        on the run row: the UPDATE takes the row lock, so concurrent writers queue and
+        the numbers stay gap-free and unique. On PostgreSQL this is one statement (the
         UPDATE feeds the INSERT in a CTE); on SQLite, two in the caller's transaction.
         """
         k = len(events)
-        moved = moved.values(event_seq=RUNS.c.event_seq + k).returning(RUNS.c.id, RUNS.c.event_seq)
+
+        def moved() -> ReturningUpdate[Any, Any]:
+            bumped = build().values(event_seq=RUNS.c.event_seq + k)
+            return bumped.returning(RUNS.c.id, RUNS.c.event_seq)
+
         now = self._now()
         if self.engine.dialect.name == "postgresql":
-            inserted = s.execute(_insert_events(moved.cte("moved"), events, now)).scalars()
+            statement = self._statement(
+                key and ("events", key, k), lambda: _insert_events(moved().cte("moved"), k)
+            )
+            inserted = s.execute(statement, params | _event_params(events, now)).scalars()
             return sorted(int(seq) for seq in inserted)
-        row = s.execute(moved).first()
+        row = s.execute(self._statement(key and ("moved", key, k), moved), params).first()
         if row is None:
             return []
         first = int(row.event_seq) - k + 1
@@ -692,7 +740,7 @@ class RunRepository:
                 if self.engine.dialect.name == "postgresql":
                     won = self._decide_in_one_statement(s, moved, row, events)
                 elif events:
-                    won = bool(self._with_events(s, moved, events))
+                    won = bool(self._with_events(s, None, lambda: moved, {}, events))
                 else:
                     won = int(s.execute(moved).rowcount) == 1
                 if not won:
@@ -721,7 +769,8 @@ class RunRepository:
             return s.execute(decided.returning(DECISIONS.c.id)).first() is not None
         both = decided.returning(DECISIONS.c.run_id).cte("decided")
         joined = cte.join(both, both.c.run_id == cte.c.id)
-        return bool(s.execute(_insert_events(cte, events, row["created_at"], joined)).all())
+        statement = _insert_events(cte, k, joined)
+        return bool(s.execute(statement, _event_params(events, row["created_at"])).all())
 
     def _explain_lost_decision(
         self,
@@ -809,6 +858,50 @@ class RunRepository:
                     .one()
                 )
                 return _to_entry(existing), False
+
+    def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
+        with self._one() as s:
+            row = (
+                s.execute(
+                    select(CALLS).where(
+                        CALLS.c.run_id == uuid.UUID(run_id), CALLS.c.call_id == call_id
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return _to_entry(row) if row is not None else None
+
+    def record_call(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        tool: str,
+        effect: str,
+        arguments: dict[str, JsonValue],
+        result: str,
+        is_error: bool,
+    ) -> None:
+        """Record a call that ran, with its result, in one write (a read: nothing to be
+        in doubt about). A result recorded first by a concurrent duplicate stays."""
+        now = self._now()
+        status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
+        row = {
+            "run_id": uuid.UUID(run_id),
+            "call_id": call_id,
+            "tool": tool,
+            "effect": effect,
+            "arguments": arguments,
+            "status": status.value,
+            "result": result,
+            "is_error": is_error,
+            "attempts": 1,
+            "started_at": now,
+            "finished_at": now,
+        }
+        with contextlib.suppress(IntegrityError), self._one() as s:
+            s.execute(insert(CALLS).values(row))
 
     def restart_call(self, run_id: str, call_id: str) -> None:
         """An in-doubt call is being run again (its tool is safe to repeat)."""
@@ -938,21 +1031,19 @@ _TAKE_OVER = _claim(
 )
 
 
-def _insert_events(
-    moved: CTE, events: Sequence[Event], now: datetime, source: FromClause | None = None
-) -> ReturningInsert[int]:
-    """INSERT the events under the sequence numbers ``moved`` (a CTE of one run's UPDATE
-    returning ``id`` and the raised ``event_seq``) reserved for them."""
-    k = len(events)
+def _insert_events(moved: CTE, k: int, source: FromClause | None = None) -> ReturningInsert[int]:
+    """INSERT ``k`` events (bound as ``_event_params`` names them) under the sequence
+    numbers ``moved`` (a CTE of one run's UPDATE returning ``id`` and the raised
+    ``event_seq``) reserved for them."""
     rows = [
         select(
             moved.c.id,
             moved.c.event_seq - (k - 1 - i),
-            literal(kind, EVENTS.c.kind.type),
-            literal(payload, EVENTS.c.payload.type),
-            literal(now, EVENTS.c.created_at.type),
+            bindparam(f"kind_{i}", type_=EVENTS.c.kind.type),
+            bindparam(f"payload_{i}", type_=EVENTS.c.payload.type),
+            bindparam("event_at", type_=EVENTS.c.created_at.type),
         ).select_from(source if source is not None else moved)
-        for i, (kind, payload) in enumerate(events)
+        for i in range(k)
     ]
     return (
         insert(EVENTS)
@@ -962,6 +1053,13 @@ def _insert_events(
         )
         .returning(EVENTS.c.seq)
     )
+
+
+def _event_params(events: Sequence[Event], now: datetime) -> dict[str, Any]:
+    params: dict[str, Any] = {"event_at": now}
+    for i, (kind, payload) in enumerate(events):
+        params |= {f"kind_{i}": kind, f"payload_{i}": payload}
+    return params
 
 
 def _run_select() -> Select[Any]:

@@ -18,7 +18,7 @@ from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 from pydantic import JsonValue
 
-from workers import metrics
+from workers import embedded_broker, metrics
 from workers.notify import DeliveryError, build_event, deliver
 from workers.runtime import service
 from workers.service import EventType, is_database_error
@@ -56,6 +56,8 @@ def broker_options(config: Settings) -> dict[str, Any]:
 
 def make_app(config: Settings) -> Celery:
     celery = Celery("airlock", broker=config.broker_url)
+    if config.embedded_broker:
+        celery.conf.broker_transport = embedded_broker.TRANSPORT
     celery.conf.update(
         broker_transport_options=broker_options(config),
         broker_connection_retry_on_startup=True,

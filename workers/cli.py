@@ -412,7 +412,8 @@ def stats(as_json: JsonOption = False) -> None:
     for status, n in data["runs"].items():  # type: ignore[union-attr]
         table.add_row(status, str(n))
     console.print(table)
-    console.print(f"oldest waiting approval: {data['oldest_waiting_seconds'] or '-'} s")
+    age = data["oldest_waiting_seconds"]
+    console.print(f"oldest waiting approval: {'none waiting' if age is None else f'{age} s'}")
     console.print(f"expired leases: {data['expired_leases']}")
     for window, counts in data["finished"].items():  # type: ignore[union-attr]
         console.print(f"finished {window.removeprefix('last_')}: {counts or 'none'}")

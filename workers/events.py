@@ -1,12 +1,12 @@
 """The loop's event sink for a run: the audit stream, written behind the run.
 
-Events are kept in memory only while the run does nothing but compute: they are
-written, in one statement, before the run touches the outside world again (a tool
-call, a model call) and with the run's transition at the end of the segment (the
-same statement that finishes, suspends, fails or requeues it). So the stream never
-lacks the record of a call that had effects before the next one starts, the row's
-counters are current whenever a call is in flight, and a segment that lost its lease
-writes nothing more.
+Events are kept in memory only while the run changes nothing outside it: they are
+written, in one statement, before its next model call or call of a tool that acts
+(a read-only tool changes nothing, and its result is in the ledger), and with the
+run's transition at the end of the segment (the same statement that finishes or
+suspends it). So the stream never lacks the record of a call that had effects
+before the next one starts, the row's counters are current whenever a model call
+or a write is in flight, and a segment that lost its lease writes nothing more.
 """
 
 from __future__ import annotations

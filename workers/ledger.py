@@ -20,6 +20,12 @@ def safe_to_repeat(invocation: ToolInvocation) -> bool:
     )
 
 
+def is_read(invocation: ToolInvocation) -> bool:
+    """A read-only tool that nothing marks for approval."""
+    tool = invocation.tool
+    return tool.effect is Effect.READ and not isinstance(tool, RequiresApproval)
+
+
 class LedgerExecutor:
     """Runs each call through the ``tool_calls`` ledger.
 
@@ -37,6 +43,8 @@ class LedgerExecutor:
         self._before = before
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        if is_read(invocation):
+            return self._read(invocation)
         if self._before is not None:
             self._before()
         call_id = invocation.context.call_id
@@ -61,4 +69,29 @@ class LedgerExecutor:
             self._repo.restart_call(self._run_id, call_id)
         outcome = invocation.invoke()
         self._repo.finish_call(self._run_id, call_id, outcome.content, is_error=outcome.is_error)
+        return outcome
+
+    def _read(self, invocation: ToolInvocation) -> ToolOutcome:
+        """A read changes nothing, so it needs no ``started`` record: were its worker
+        lost mid-call, it would be run again anyway. Only its result is recorded, for
+        a redelivered segment to replay."""
+        call_id = invocation.context.call_id
+        entry = self._repo.recorded_call(self._run_id, call_id)
+        if entry is not None and entry.status is not CallStatus.STARTED:
+            return ToolOutcome(entry.result or "", entry.is_error)
+        outcome = invocation.invoke()
+        if entry is not None:  # started by an earlier version that recorded reads first
+            self._repo.finish_call(
+                self._run_id, call_id, outcome.content, is_error=outcome.is_error
+            )
+            return outcome
+        self._repo.record_call(
+            self._run_id,
+            call_id,
+            tool=invocation.tool.name,
+            effect=invocation.tool.effect.value,
+            arguments=invocation.arguments,
+            result=outcome.content,
+            is_error=outcome.is_error,
+        )
         return outcome

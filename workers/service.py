@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
@@ -119,6 +122,10 @@ class Service:
     notify: Notify = no_notify
     limits: Limits = field(default_factory=Limits)
     clock: Clock = utcnow
+    _leases: _Leases = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._leases = _Leases(self.repo, self.limits.lease)
 
     # -- start ---------------------------------------------------------------------
 
@@ -172,7 +179,7 @@ class Service:
             return SegmentResult(Outcome.SKIPPED)
         log.info("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
         sink = RunEventSink(self.repo, run.id)
-        with _LeaseKeeper(self.repo, run_id, owner, self.limits.lease):
+        with self._leases.hold(run_id, owner):
             try:
                 return self._advance(run, owner, sink)
             except Exception as exc:
@@ -420,36 +427,45 @@ class _FlushFirst:
         return self._model.complete(transcript, tools)
 
 
-class _LeaseKeeper:
-    """Renews the lease while a segment runs, so a long segment is not reclaimed."""
+class _Leases:
+    """Renews the leases of the segments this process runs, so a long segment is not
+    reclaimed. One thread per process (started in the process that needs it: a
+    Celery pool child is forked without its parent's threads) instead of one per
+    segment, whose start and join would cost more than a short segment's writes."""
 
-    def __init__(self, repo: RunRepository, run_id: str, owner: str, lease: timedelta) -> None:
+    def __init__(self, repo: RunRepository, lease: timedelta) -> None:
         self._repo = repo
-        self._run_id = run_id
-        self._owner = owner
         self._lease = lease
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name=f"lease-{run_id}", daemon=True)
+        self._held: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pid: int | None = None
 
-    def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    @contextmanager
+    def hold(self, run_id: str, owner: str) -> Iterator[None]:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._renew, name="airlock-leases", daemon=True).start()
+            self._held[run_id] = owner
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(run_id, None)
 
     def _renew(self) -> None:
-        while not self._stop.wait(self._lease.total_seconds() / 3):
-            try:
-                if not self._repo.renew_lease(self._run_id, self._owner, self._lease):
+        while True:
+            time.sleep(self._lease.total_seconds() / 3)
+            with self._lock:
+                held = list(self._held.items())
+            for run_id, owner in held:
+                try:
+                    if not self._repo.renew_lease(run_id, owner, self._lease):
+                        log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
+                except Exception:
                     log.warning(
-                        "lease lost",
-                        extra={"action": "lease.lost", "run_id": self._run_id},
+                        "lease renewal failed", extra={"action": "lease.error"}, exc_info=True
                     )
-                    return
-            except Exception:
-                log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
 
 
 def _describe(exc: BaseException, run: Run) -> str:

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 
-from loop import Agent, ModelError, ModelResponse, ScriptedModel, tool
+from loop import (
+    Agent,
+    Approve,
+    Effect,
+    ModelError,
+    ModelResponse,
+    ScriptedModel,
+    ToolContext,
+    ToolInvocation,
+    ToolOutcome,
+    tool,
+)
 from loop.messages import Message
 from loop.tools import ToolSchema
-from persistence.domain import RunStatus
+from persistence.domain import CallStatus, RunStatus
 from persistence.repository import RunRepository
 from tests.conftest import FakeClock
 from tests.integration.agents import AGENTS, lookup, send_email, w1
 from workers.decisions import DecisionBody
+from workers.ledger import LedgerExecutor
 from workers.registry import Registry
 from workers.service import Limits, Outcome, Service
 
@@ -193,13 +207,16 @@ def test_expiry_applies_the_action_with_its_event(
     assert service.expire_approvals() == ()  # applied once
 
 
-def test_a_segments_events_are_stored_before_each_model_and_tool_call(engine: Engine) -> None:
+def test_a_segments_events_are_stored_before_each_model_call_and_each_write(
+    engine: Engine,
+) -> None:
     repo = RunRepository(engine)
     seen: list[tuple[str, list[str], int, int]] = []
     script = ScriptedModel(
         [
             {"tool_calls": [{"name": "peek", "arguments": {}}], "usage": {"prompt_tokens": 7}},
-            {"content": "done", "usage": {"prompt_tokens": 5}},
+            {"tool_calls": [{"name": "poke", "arguments": {}}], "usage": {"prompt_tokens": 5}},
+            {"content": "done", "usage": {"prompt_tokens": 3}},
         ]
     )
 
@@ -218,23 +235,88 @@ def test_a_segments_events_are_stored_before_each_model_and_tool_call(engine: En
 
     @tool
     def peek() -> str:
-        look("tool")
+        look("read")
         return "ok"
 
-    service, _ = make_service(engine, Agent(name="watched", model=Watching(), tools=[peek]))
+    @tool(effect=Effect.IDEMPOTENT_WRITE)
+    def poke() -> str:
+        look("write")
+        return "ok"
+
+    agent = Agent(
+        name="watched",
+        model=Watching(),
+        tools=[peek, poke],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
+    service, _ = make_service(engine, agent)
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
     assert seen == [
         ("model", ["request"], 0, 0),
-        ("tool", ["request", "llm"], 1, 7),  # the model call is on record, counters too
-        ("model", ["request", "llm", "tool"], 1, 7),
+        ("read", ["request"], 0, 0),  # a read acts on nothing: nothing is written first
+        ("model", ["request", "llm", "tool"], 1, 7),  # the model call is on record, counters too
+        ("write", ["request", "llm", "tool", "llm", "decision"], 2, 12),
+        ("model", ["request", "llm", "tool", "llm", "decision", "tool"], 2, 12),
     ]
     done = service.repo.require(run.id)
-    assert [e.kind for e in service.repo.events(run.id)] == [
-        "request",
-        "llm",
-        "tool",
-        "llm",
-        "completed",
-    ]
-    assert (done.iterations, done.usage.prompt_tokens) == (2, 12)
+    kinds = [e.kind for e in service.repo.events(run.id)]
+    assert kinds == ["request", "llm", "tool", "llm", "decision", "tool", "llm", "completed"]
+    assert (done.iterations, done.usage.prompt_tokens) == (3, 15)
+
+
+def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:
+    swept: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    holder: list[Service] = []
+
+    @tool
+    def slow() -> str:
+        time.sleep(0.9)  # three times the lease: only renewals keep it
+        reclaimed = holder[0].repo.reclaim_expired_leases(max_attempts=5)
+        swept.append((reclaimed.requeued, reclaimed.failed))
+        return "ok"
+
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "slow", "arguments": {}}]}, {"content": "done"}]
+    )
+    service = Service(
+        repo=RunRepository(engine),
+        registry=Registry([Agent(name="slow", model=model, tools=[slow])]),
+        enqueue=Woken(),
+        limits=Limits(lease=timedelta(seconds=0.3)),
+    )
+    holder.append(service)
+    run, _ = service.start_run("slow", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+    assert swept == [((), ())]  # nothing was reclaimed while the tool ran
+
+
+def test_a_read_is_recorded_once_with_its_result_and_replayed(engine: Engine) -> None:
+    repo = RunRepository(engine)
+    run, _ = repo.create("reader", "x")
+    ran: list[str] = []
+    flushed: list[bool] = []
+
+    @tool
+    def look(q: str) -> str:
+        ran.append(q)
+        return f"found {q}"
+
+    def invocation(call_id: str) -> ToolInvocation:
+        return ToolInvocation(look, {"q": call_id}, ToolContext(run.id, call_id, "reader", "look"))
+
+    execute = LedgerExecutor(repo, run.id, before=lambda: flushed.append(True))
+    assert execute(invocation("c1")) == ToolOutcome("found c1")
+    assert execute(invocation("c1")) == ToolOutcome("found c1")  # a redelivery: replayed
+    assert ran == ["c1"] and flushed == []  # a read acts on nothing: no flush before it
+    (entry,) = repo.ledger(run.id)
+    assert (entry.call_id, entry.status, entry.result, entry.attempts) == (
+        "c1",
+        CallStatus.SUCCEEDED,
+        "found c1",
+        1,
+    )
+    # in doubt from an earlier version that recorded reads as started: run again
+    repo.start_call(run.id, "c2", "look", "read", {"q": "c2"})
+    assert execute(invocation("c2")) == ToolOutcome("found c2")
+    assert ran == ["c1", "c2"] and repo.in_doubt_calls(run.id) == []

@@ -1,0 +1,48 @@
+"""The embedded broker writes each message whole before a consumer can see it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kombu import Connection
+
+from workers import embedded_broker
+from workers.celery_app import broker_options
+from workers.settings import Settings
+
+
+def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    options = broker_options(Settings(broker_url="filesystem://", home=tmp_path))
+    queue_folder = Path(str(options["data_folder_in"]))
+    seen_mid_write: list[list[str]] = []
+    rename = os.rename
+
+    def watching_rename(src: str, dst: str) -> None:
+        if Path(src).name.startswith(".partial-"):  # the producer publishing
+            # what a polling consumer would list while the message is being written
+            seen_mid_write.append([n for n in os.listdir(queue_folder) if n.endswith(".q.msg")])
+            assert Path(src).read_bytes()  # the content is all there before the name is
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", watching_rename)
+    with Connection("filesystem://", transport=embedded_broker.TRANSPORT,
+                    transport_options=options) as conn:  # fmt: skip
+        queue = conn.SimpleQueue("q")
+        queue.put({"n": 1})
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
+    assert seen_mid_write == [[]]
+
+
+def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
+    from workers.celery_app import make_app
+
+    app = make_app(Settings(broker_url="filesystem://", home=tmp_path))
+    assert app.conf.broker_transport == embedded_broker.TRANSPORT
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, embedded_broker.Transport)
+    assert make_app(Settings(broker_url="redis://127.0.0.1:6379/0")).conf.broker_transport is None
