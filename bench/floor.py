@@ -16,6 +16,8 @@ from workers.settings import settings
 
 app = make_app(settings())
 FLOOR = "bench.floor.v1"
+QUEUE = "bench_floor"  # its own queue: the floor's worker and Airlock's run side by side
+app.conf.task_default_queue = QUEUE
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.segment [--quick]
 
 1. Floor: N no-op task hops (``bench.floor``, one INSERT+COMMIT each) through a real
-   worker on Redis + PostgreSQL; time per hop at saturation.
+   worker on Redis + PostgreSQL; time per hop at saturation. Its worker consumes a
+   queue of its own and runs alongside Airlock's, so the measures can alternate.
 2. Airlock: N one-segment runs through a real Airlock worker on the same broker and
    database, created beforehand (as the floor's rows are not counted, neither is the
    run's insert), then woken back to back: time per segment. Two agents: an instant
@@ -13,7 +14,9 @@
 3. Latency: M runs of W1 (read tool, then a gated write); each is approved once it
    waits, and the time from the decision to ``completed`` is measured.
 
-Prints ratios and appends results, with the command, to bench/results/segment.jsonl.
+After a warm-up of N/10 of each, every measure runs in 3 alternating rounds; the
+medians are reported. Prints ratios and appends results, with the command, to
+bench/results/segment.jsonl.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+ROUNDS = 3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -59,82 +65,100 @@ def main() -> None:
         try:
             with stack.service.repo.engine.begin() as conn:
                 conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
-            floor = measure_floor(stack, n)
+            floor_worker(stack)
             stack.worker()
-            segment = measure_segments(stack, n, "instant")
-            with_tool = measure_segments(stack, n, "noop_tool")
-            with_create = measure_runs(stack, n)
+            progress(f"warming up: {n // 10} of each…")
+            for measure in MEASURES.values():
+                measure(stack, n // 10)
+            rounds: dict[str, list[float]] = {name: [] for name in MEASURES}
+            for r in range(ROUNDS):
+                for name, measure in MEASURES.items():
+                    progress(f"round {r + 1}/{ROUNDS}: {n} of {name}…")
+                    rounds[name].append(measure(stack, n))
             latencies = measure_latency(stack, m)
         finally:
             stack.close()
+    per = {name: statistics.median(times) for name, times in rounds.items()}
+    floor = per["floor"]
     latencies.sort()
     result = {
         "floor_ms_per_hop": round(floor * 1000, 3),
-        "airlock_ms_per_segment": round(segment * 1000, 3),
-        "segment_cost_ratio": round(segment / floor, 2),
-        "noop_tool_ms_per_segment": round(with_tool * 1000, 3),
-        "noop_tool_segment_cost_ratio": round(with_tool / floor, 2),
-        "ms_per_run_with_creation": round(with_create * 1000, 3),
-        "run_with_creation_cost_ratio": round(with_create / floor, 2),
-        "runs_per_s": round(1 / with_create, 1),
+        "airlock_ms_per_segment": round(per["instant"] * 1000, 3),
+        "segment_cost_ratio": round(per["instant"] / floor, 2),
+        "noop_tool_ms_per_segment": round(per["noop_tool"] * 1000, 3),
+        "noop_tool_segment_cost_ratio": round(per["noop_tool"] / floor, 2),
+        "ms_per_run_with_creation": round(per["with_creation"] * 1000, 3),
+        "run_with_creation_cost_ratio": round(per["with_creation"] / floor, 2),
+        "runs_per_s": round(1 / per["with_creation"], 1),
         "approve_to_completed_p50_ms": round(statistics.median(latencies) * 1000, 1),
         "approve_to_completed_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+        "rounds_ms": {k: [round(t * 1000, 3) for t in v] for k, v in rounds.items()},
     }
     for key, value in result.items():
         print(f"{key:>30}: {value}")
     record("segment", "segment" + (" --quick" if args.quick else ""), result, n=n, m=m)
 
 
+def floor_worker(stack: Stack) -> None:
+    """A worker of ``bench.floor`` on its own queue, alongside Airlock's."""
+    worker = celery_worker(stack.config, stack.outbox, stack.tmp / "floor.log", "floor")
+    worker.argv[worker.argv.index("workers")] = "bench.floor"
+    worker.argv += ["-Q", floor_queue()]
+    worker.start()
+    stack.processes.append(worker)
+    wait_ready(worker)
+
+
+def floor_queue() -> str:
+    from bench.floor import QUEUE  # noqa: PLC0415 - importing it builds its Celery app
+
+    return QUEUE
+
+
 def measure_floor(stack: Stack, n: int) -> float:
-    progress(f"floor: {n} task hops with one commit each…")
-    argv_worker = celery_worker(stack.config, stack.outbox, stack.tmp / "floor.log", "floor")
-    argv_worker.argv[argv_worker.argv.index("workers")] = "bench.floor"
-    argv_worker.start()
-    try:
-        wait_ready(argv_worker)
-        engine = stack.service.repo.engine
+    """N task hops, one INSERT+COMMIT each, published back to back, until all committed."""
+    engine = stack.service.repo.engine
+    queue = floor_queue()
 
-        def count() -> int:
-            with engine.connect() as conn:
-                return int(conn.execute(text("SELECT count(*) FROM bench_floor")).scalar_one())
+    def count() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM bench_floor")).scalar_one())
 
-        def hops() -> None:
-            for i in range(n):
-                stack.celery.send_task("bench.floor.v1", (i,))
-            wait_for("the floor tasks", lambda: count() >= n, timeout=600, interval=0.01)
+    done = count()
 
-        return timed(hops) / n
-    finally:
-        argv_worker.stop()
+    def hops() -> None:
+        for i in range(n):
+            stack.celery.send_task("bench.floor.v1", (i,), queue=queue)
+        wait_for("the floor tasks", lambda: count() >= done + n, timeout=600, interval=0.01)
+
+    return timed(hops) / n
 
 
 def measure_segments(stack: Stack, n: int, agent: str) -> float:
-    progress(f"airlock: {n} one-segment runs of {agent}, created beforehand…")
+    """N one-segment runs, created beforehand, woken back to back, until all completed."""
     repo = stack.service.repo
-    done = repo.count_by_status()[RunStatus.COMPLETED]
     ids = [repo.create(agent, "go", first_event=("request", {}))[0].id for _ in range(n)]
 
-    def segments() -> None:
+    def wake() -> None:
         for run_id in ids:
             stack.enqueue(run_id)
-        wait_for(
-            "the segments",
-            lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
-            timeout=600,
-            interval=0.01,
-        )
 
-    return timed(segments) / n
+    return _until_completed(stack, n, wake)
 
 
 def measure_runs(stack: Stack, n: int) -> float:
-    progress(f"airlock: {n} one-segment runs of instant, creation counted…")
+    """N one-segment runs created (insert + request event + publish) and run."""
+    return _until_completed(
+        stack, n, lambda: [stack.service.start_run("instant", "go") for _ in range(n)]
+    )
+
+
+def _until_completed(stack: Stack, n: int, start: Callable[[], object]) -> float:
     repo = stack.service.repo
     done = repo.count_by_status()[RunStatus.COMPLETED]
 
-    def runs() -> None:
-        for _ in range(n):
-            stack.service.start_run("instant", "go")
+    def go() -> None:
+        start()
         wait_for(
             "the runs",
             lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
@@ -142,7 +166,15 @@ def measure_runs(stack: Stack, n: int) -> float:
             interval=0.01,
         )
 
-    return timed(runs) / n
+    return timed(go) / n
+
+
+MEASURES: dict[str, Callable[[Stack, int], float]] = {
+    "floor": measure_floor,
+    "instant": lambda stack, n: measure_segments(stack, n, "instant"),
+    "noop_tool": lambda stack, n: measure_segments(stack, n, "noop_tool"),
+    "with_creation": measure_runs,
+}
 
 
 def measure_latency(stack: Stack, m: int) -> list[float]:

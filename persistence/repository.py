@@ -849,15 +849,9 @@ class RunRepository:
                 s.execute(insert(CALLS).values(row))
                 return _to_entry(row), True
         except IntegrityError:
-            with self._one() as s:
-                existing = (
-                    s.execute(
-                        select(CALLS).where(CALLS.c.run_id == rid, CALLS.c.call_id == call_id)
-                    )
-                    .mappings()
-                    .one()
-                )
-                return _to_entry(existing), False
+            existing = self.recorded_call(run_id, call_id)
+            assert existing is not None, "a ledger row is never deleted while its run lives"
+            return existing, False
 
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._one() as s:

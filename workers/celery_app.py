@@ -94,7 +94,7 @@ def enqueue_segment(run_id: str, delay: float | None = None) -> None:
 
 
 def notify_run(event_type: EventType, run_id: str) -> None:
-    log.info(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
+    log.debug(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
     if settings().notify_url:
         notify.apply_async((event_type, run_id))
 

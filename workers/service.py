@@ -177,7 +177,7 @@ class Service:
                 "not claimable; skipped", extra={"action": "segment.skipped", "run_id": run_id}
             )
             return SegmentResult(Outcome.SKIPPED)
-        log.info("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
+        log.debug("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
         sink = RunEventSink(self.repo, run.id)
         with self._leases.hold(run_id, owner):
             try:
