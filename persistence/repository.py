@@ -721,28 +721,20 @@ class RunRepository:
             "webhook_id": webhook_id,
             "created_at": now,
         }
-        moved = (
-            update(RUNS)
-            .where(
-                RUNS.c.id == rid,
-                RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value,
-                RUNS.c.turn_digest == turn_digest,
-            )
-            .values(
-                status=RunStatus.QUEUED.value,
-                expires_at=None,
-                updated_at=now,
-                version=RUNS.c.version + 1,
-            )
-        )
+        params = {"rid": rid, "digest": turn_digest, "now": now}
+        params |= {f"d_{c}": v for c, v in row.items()}
         try:
             with self._one() as s:
                 if self.engine.dialect.name == "postgresql":
-                    won = self._decide_in_one_statement(s, moved, row, events)
+                    k = len(events)
+                    statement = self._statement(("decide", k), lambda: _decide_statement(k))
+                    params |= _event_params(events, now) if events else {}
+                    won = bool(s.execute(statement, params).all())
                 elif events:
-                    won = bool(self._with_events(s, None, lambda: moved, {}, events))
+                    won = bool(self._with_events(s, "decide", _waiting_to_queued, params, events))
                 else:
-                    won = int(s.execute(moved).rowcount) == 1
+                    moved = self._statement("decide", _waiting_to_queued)
+                    won = int(s.execute(moved, params).rowcount) == 1
                 if not won:
                     raise _NotWaitingError
                 if self.engine.dialect.name != "postgresql":
@@ -752,25 +744,6 @@ class RunRepository:
         return DecisionOutcome(
             "recorded", DecisionRecord(run_id, turn_digest, decision, approver, webhook_id, now)
         )
-
-    def _decide_in_one_statement(
-        self, s: Connection, moved: Update, row: dict[str, Any], events: Sequence[Event]
-    ) -> bool:
-        """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
-        events' INSERT, in one round trip; a second decision for the turn violates the
-        unique key and rolls all of it back."""
-        k = len(events)
-        bumped = moved.values(event_seq=RUNS.c.event_seq + k)
-        cte = bumped.returning(RUNS.c.id, RUNS.c.event_seq).cte("moved")
-        columns = [c for c in row if c != "run_id"]
-        source = select(cte.c.id, *(literal(row[c], DECISIONS.c[c].type) for c in columns))
-        decided = insert(DECISIONS).from_select(["run_id", *columns], source)
-        if not events:
-            return s.execute(decided.returning(DECISIONS.c.id)).first() is not None
-        both = decided.returning(DECISIONS.c.run_id).cte("decided")
-        joined = cte.join(both, both.c.run_id == cte.c.id)
-        statement = _insert_events(cte, k, joined)
-        return bool(s.execute(statement, _event_params(events, row["created_at"])).all())
 
     def _explain_lost_decision(
         self,
@@ -1046,6 +1019,41 @@ def _insert_events(moved: CTE, k: int, source: FromClause | None = None) -> Retu
             rows[0] if k == 1 else union_all(*rows),
         )
         .returning(EVENTS.c.seq)
+    )
+
+
+_DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")
+
+
+def _decide_statement(k: int) -> Any:
+    """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
+    ``k`` events' INSERT, in one round trip; a second decision for the turn violates
+    the unique key and rolls all of it back."""
+    bumped = _waiting_to_queued().values(event_seq=RUNS.c.event_seq + k)
+    cte = bumped.returning(RUNS.c.id, RUNS.c.event_seq).cte("moved")
+    columns = [c for c in _DECISION_COLUMNS if c != "run_id"]
+    source = select(cte.c.id, *(bindparam(f"d_{c}", type_=DECISIONS.c[c].type) for c in columns))
+    decided = insert(DECISIONS).from_select(["run_id", *columns], source)
+    if not k:
+        return decided.returning(DECISIONS.c.id)
+    both = decided.returning(DECISIONS.c.run_id).cte("decided")
+    return _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
+
+
+def _waiting_to_queued() -> Update:
+    return (
+        update(RUNS)
+        .where(
+            RUNS.c.id == bindparam("rid"),
+            RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value,
+            RUNS.c.turn_digest == bindparam("digest"),
+        )
+        .values(
+            status=RunStatus.QUEUED.value,
+            expires_at=None,
+            updated_at=bindparam("now"),
+            version=RUNS.c.version + 1,
+        )
     )
 
 
