@@ -429,43 +429,53 @@ class _FlushFirst:
 
 class _Leases:
     """Renews the leases of the segments this process runs, so a long segment is not
-    reclaimed. One thread per process (started in the process that needs it: a
-    Celery pool child is forked without its parent's threads) instead of one per
-    segment, whose start and join would cost more than a short segment's writes."""
+    reclaimed. One thread per process while any segment runs (started by the process
+    that needs it: a Celery pool child is forked without its parent's threads; gone
+    when no segment is left), instead of one per segment, whose start and join would
+    cost more than a short segment's writes."""
 
     def __init__(self, repo: RunRepository, lease: timedelta) -> None:
         self._repo = repo
         self._lease = lease
         self._held: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._pid: int | None = None
+        self._renewing = threading.Lock()
+        self._thread: tuple[int, threading.Thread] | None = None
 
     @contextmanager
     def hold(self, run_id: str, owner: str) -> Iterator[None]:
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._renew, name="airlock-leases", daemon=True).start()
+            if self._thread is None or self._thread[0] != os.getpid():
+                thread = threading.Thread(target=self._renew, name="airlock-leases", daemon=True)
+                self._thread = (os.getpid(), thread)
+                thread.start()
             self._held[run_id] = owner
         try:
             yield
         finally:
             with self._lock:
                 self._held.pop(run_id, None)
+            with self._renewing:
+                pass  # a renewal in flight ends before the segment does
 
     def _renew(self) -> None:
         while True:
             time.sleep(self._lease.total_seconds() / 3)
-            with self._lock:
-                held = list(self._held.items())
-            for run_id, owner in held:
-                try:
-                    if not self._repo.renew_lease(run_id, owner, self._lease):
-                        log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
-                except Exception:
-                    log.warning(
-                        "lease renewal failed", extra={"action": "lease.error"}, exc_info=True
-                    )
+            with self._renewing:
+                with self._lock:
+                    held = list(self._held.items())
+                    if not held:
+                        self._thread = None
+                        return
+                for run_id, owner in held:
+                    self._renew_one(run_id, owner)
+
+    def _renew_one(self, run_id: str, owner: str) -> None:
+        try:
+            if not self._repo.renew_lease(run_id, owner, self._lease):
+                log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
+        except Exception:
+            log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
 
 
 def _describe(exc: BaseException, run: Run) -> str:
