@@ -13,17 +13,15 @@ class InDoubtCallError(AirlockError):
     """A call started but never recorded a result, and its tool is not safe to repeat."""
 
 
-def safe_to_repeat(invocation: ToolInvocation) -> bool:
-    tool = invocation.tool
-    return tool.effect in (Effect.READ, Effect.IDEMPOTENT_WRITE) and not (
-        isinstance(tool, RequiresApproval) and tool.effect is Effect.READ
-    )
-
-
 def is_read(invocation: ToolInvocation) -> bool:
     """A read-only tool that nothing marks for approval."""
     tool = invocation.tool
     return tool.effect is Effect.READ and not isinstance(tool, RequiresApproval)
+
+
+def safe_to_repeat(invocation: ToolInvocation) -> bool:
+    """A call found in doubt may run again: it only reads, or its write is idempotent."""
+    return is_read(invocation) or invocation.tool.effect is Effect.IDEMPOTENT_WRITE
 
 
 class LedgerExecutor:

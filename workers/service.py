@@ -195,7 +195,7 @@ class Service:
         state = self.repo.load_state(run) if run.has_checkpoint else None
         if state is not None:
             sink.usage = state.usage
-        # the events of the segment so far are written before each model or tool call
+        # the segment's events so far are written before each model call and each write
         agent = replace(agent, model=_FlushFirst(agent.model, sink.flush))
         loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id, sink.flush))
         try:
