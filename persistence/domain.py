@@ -64,6 +64,30 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """What a segment needs of the run it claimed: the claim reads no more than this,
+    as the first statement of every segment. The rest of the row is ``RunRepository.get``
+    away."""
+
+    id: str
+    agent: str
+    input: str
+    attempts: int
+    """Claims of this segment so far, this one included."""
+    turn_digest: str | None
+    ledger: bool = True
+    """The run had calls in its ledger when it was claimed. Without any, no call of
+    this segment can have a recorded result to replay."""
+    checkpoint: str | None = field(default=None, repr=False, compare=False)
+    """The sealed checkpoint (the state of the last suspension, or of a failed run's last
+    one); open it with ``RunRepository.load_state``."""
+
+    @property
+    def has_checkpoint(self) -> bool:
+        return self.checkpoint is not None
+
+
+@dataclass(frozen=True, slots=True)
 class RunEvent:
     run_id: str
     seq: int
@@ -82,6 +106,22 @@ class LedgerEntry:
     result: str | None
     is_error: bool
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """A read-only call that ran, to be recorded in the ledger with its result, in the
+    same statement as the run's next events (a read changes nothing, so its record can
+    wait as its events do)."""
+
+    call_id: str
+    tool: str
+    effect: str
+    arguments: dict[str, JsonValue]
+    result: str
+    is_error: bool
+    started_at: datetime
+    finished_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,7 +19,9 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    create_engine,
     delete,
+    event,
     func,
     insert,
     literal,
@@ -29,6 +30,8 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate, Update
@@ -39,7 +42,9 @@ from persistence.crypto import StateCipher
 from persistence.domain import (
     ACTIVE,
     TERMINAL,
+    CallRecord,
     CallStatus,
+    Claim,
     DecisionOutcome,
     DecisionRecord,
     LedgerEntry,
@@ -81,14 +86,21 @@ class RunRepository:
         self, engine: Engine, *, cipher: StateCipher | None = None, clock: Clock = utcnow
     ) -> None:
         self.engine = engine
-        self._autocommit = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if engine.dialect.name == "postgresql"
-            else None
-        )
+        self._autocommit: Engine | None = None
+        self._leases: Engine | None = None
+        if engine.dialect.name == "postgresql":
+            self._autocommit = _autocommit(engine)
+            self._leases = _autocommit(engine, synchronous_commit=False)
+            event.listen(engine, "engine_disposed", self._dispose_siblings)
         self._cipher = cipher or StateCipher()
         self._now = clock
         self._statements: dict[Hashable, Any] = {}
+
+    def _dispose_siblings(self, _engine: Engine) -> None:
+        """Their pools go with the engine's."""
+        for sibling in (self._autocommit, self._leases):
+            if sibling is not None:
+                sibling.dispose()
 
     def _statement(self, key: Hashable | None, build: Callable[[], T]) -> T:
         """A statement of the hot path, built once per shape with bind parameters:
@@ -108,16 +120,18 @@ class RunRepository:
             yield conn
 
     @contextmanager
-    def _one(self) -> Iterator[Connection]:
-        """For one statement. On PostgreSQL it runs in autocommit: a single statement
-        is atomic on its own, and BEGIN and COMMIT would cost two more round trips.
-        On SQLite (local, no round trips) it is a normal transaction, so it may hold
-        several statements where PostgreSQL needs only one."""
-        if self._autocommit is None:
+    def _one(self, engine: Engine | None = None) -> Iterator[Connection]:
+        """For one statement. On PostgreSQL it runs in autocommit (on ``engine``, by
+        default the durable one): a single statement is atomic on its own, and BEGIN
+        and COMMIT would cost two more round trips. On SQLite (local, no round trips)
+        it is a normal transaction, so it may hold several statements where PostgreSQL
+        needs only one."""
+        engine = engine or self._autocommit
+        if engine is None:
             with self.engine.begin() as conn:
                 yield conn
         else:
-            with self._autocommit.connect() as conn:
+            with engine.connect() as conn:
                 yield conn
 
     # -- runs -----------------------------------------------------------------
@@ -227,9 +241,10 @@ class RunRepository:
         owner: str | None = None,
         turn_digest: str | None = None,
         events: Sequence[Event] = (),
+        calls: Sequence[CallRecord] = (),
     ) -> bool:
-        """The guarded UPDATE, and with it ``events``: the audit record of the
-        transition exists exactly when the transition happened."""
+        """The guarded UPDATE, and with it ``events`` (and the ``calls`` they tell of):
+        the audit record of the transition exists exactly when the transition happened."""
         rid = parse_run_id(run_id)
         if rid is None:
             return False
@@ -256,37 +271,55 @@ class RunRepository:
         params: dict[str, Any] = {"rid": rid, "now": self._now(), "owner": owner}
         params |= {"digest": turn_digest} | {f"v_{c}": values[c] for c in columns}
         if events:
-            return bool(self._with_events(session, key, build, params, events))
+            return bool(self._with_events(session, key, build, params, events, calls=calls))
+        if calls:
+            raise ValueError("calls are recorded with the events that tell of them")
         return int(session.execute(self._statement(key, build), params).rowcount) == 1
 
     def claim(
         self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
-    ) -> Run | None:
+    ) -> Claim | None:
         """queued → running with a lease. Exactly one concurrent caller wins.
 
         ``take_over`` names an earlier owner whose claim this caller continues
-        (a task retried after the database went away mid-segment). The claimed
-        run carries its sealed checkpoint, so a segment starts with one round trip.
+        (a task retried after the database went away mid-segment). The claim
+        carries the sealed checkpoint, so a segment starts with one round trip.
+
+        On PostgreSQL the claim's commit does not wait for its WAL to reach the disk
+        (``synchronous_commit = off``; the lease renewals too). It is visible to every
+        other session at once, so it excludes a duplicate exactly as a durable one
+        would. Only a crash of the database server can lose it, and only with nothing
+        after it: any later durable commit (the ``started`` record of a write, the
+        segment's last transition) flushes the log up to itself, this claim included.
+        A lost claim leaves the run as it was before the claim (queued, counted one
+        attempt fewer), and the segment, whose connection died with the server,
+        retries and claims it again.
         """
         rid = parse_run_id(run_id)
         if rid is None:
             return None
         now = self._now()
         params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
-        with self._one() as s:
+        with self._one(self._leases) as s:
             if take_over is None:
                 row = s.execute(_CLAIM, params).first()
             else:
                 row = s.execute(_TAKE_OVER, params | {"previous": take_over}).first()
         if row is None:
             return None
-        checkpoint = row.suspended_state
-        mapping = {**row._mapping, "has_checkpoint": checkpoint is not None}
-        return _to_run(mapping, checkpoint)
+        return Claim(
+            str(row.id),
+            row.agent,
+            row.input,
+            row.attempts,
+            row.turn_digest,
+            bool(row.ledger),
+            row.suspended_state,
+        )
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         rid = parse_run_id(run_id)
-        with self._one() as s:
+        with self._one(self._leases) as s:
             result = s.execute(
                 update(RUNS)
                 .where(
@@ -328,6 +361,7 @@ class RunRepository:
         expires_at: datetime | None,
         *,
         events: Sequence[Event] = (),
+        calls: Sequence[CallRecord] = (),
     ) -> bool:
         """running → waiting_for_approval, storing the checkpoint and the counters."""
         with self._one() as s:
@@ -346,9 +380,11 @@ class RunRepository:
                     "expires_at": expires_at,
                     "lease_owner": None,
                     "lease_expires_at": None,
+                    "attempts": 0,  # a segment ended: the next one is claimed afresh
                 },
                 owner=owner,
                 events=events,
+                calls=calls,
             )
 
     def finish(
@@ -364,9 +400,11 @@ class RunRepository:
         iterations: int | None = None,
         usage: Usage | None = None,
         events: Sequence[Event] = (),
+        calls: Sequence[CallRecord] = (),
     ) -> bool:
         """→ a terminal status; clears the lease, and the checkpoint unless the run failed.
-        ``events`` are appended in the same transaction, only if the transition happened."""
+        ``events`` (and ``calls``) are written in the same statement, only if the
+        transition happened."""
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
         values: dict[str, Any] = {
@@ -387,7 +425,7 @@ class RunRepository:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-        return self._transition_with(run_id, expected, values, events, owner=owner)
+        return self._transition_with(run_id, expected, values, events, owner=owner, calls=calls)
 
     def cancel(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
         """Any non-terminal status → cancelled."""
@@ -417,11 +455,14 @@ class RunRepository:
         events: Sequence[Event],
         *,
         owner: str | None = None,
+        calls: Sequence[CallRecord] = (),
     ) -> bool:
         """A guarded transition and the audit events that tell of it, atomically:
         whoever sees the new status also sees why."""
         with self._one() as s:
-            return self._transition(s, run_id, expected, values, owner=owner, events=events)
+            return self._transition(
+                s, run_id, expected, values, owner=owner, events=events, calls=calls
+            )
 
     def reclaim_expired_leases(self, max_attempts: int, limit: int = 500) -> Reclaimed:
         """running runs whose lease expired (their worker died) → queued, or failed after
@@ -490,7 +531,7 @@ class RunRepository:
             ).all()
         return [str(i) for i in ids]
 
-    def load_state(self, run: Run) -> SuspendedRunState:
+    def load_state(self, run: Run | Claim) -> SuspendedRunState:
         """The run's checkpoint, decrypted and verified. Raises ``StateError``."""
         stored = run.checkpoint
         if stored is None:
@@ -593,15 +634,21 @@ class RunRepository:
         return self.append_events(run_id, [(kind, payload)], counters=counters)[0]
 
     def append_events(
-        self, run_id: str, events: Sequence[Event], *, counters: tuple[int, Usage] | None = None
+        self,
+        run_id: str,
+        events: Sequence[Event],
+        *,
+        counters: tuple[int, Usage] | None = None,
+        calls: Sequence[CallRecord] = (),
     ) -> list[int]:
         """Append events in one statement; returns their ``seq``.
 
         ``counters`` (iterations, usage) are raised on the run row by the same
         statement, never lowered: a model call's event and its counters are one write.
+        ``calls`` (read-only calls that ran) are recorded in the ledger by it too.
         """
         with self._one() as s:
-            seqs = self._append(s, run_id, events, counters=counters)
+            seqs = self._append(s, run_id, events, counters=counters, calls=calls)
         if not seqs:
             raise UnknownRunError(f"no run has id {run_id!r}")
         return seqs
@@ -613,6 +660,7 @@ class RunRepository:
         events: Sequence[Event],
         *,
         counters: tuple[int, Usage] | None = None,
+        calls: Sequence[CallRecord] = (),
     ) -> list[int]:
         def build() -> Update:
             bump = update(RUNS).where(RUNS.c.id == bindparam("rid"))
@@ -632,7 +680,9 @@ class RunRepository:
                 "prompt": usage.prompt_tokens,
                 "completion": usage.completion_tokens,
             }
-        return self._with_events(s, ("append", counters is not None), build, params, events)
+        return self._with_events(
+            s, ("append", counters is not None), build, params, events, calls=calls
+        )
 
     def _with_events(
         self,
@@ -641,6 +691,8 @@ class RunRepository:
         build: Callable[[], Update],
         params: dict[str, Any],
         events: Sequence[Event],
+        *,
+        calls: Sequence[CallRecord] = (),
     ) -> list[int]:
         """Run the UPDATE ``build`` makes (of at most one run; its shape is ``key``),
         reserving ``len(events)`` numbers of the run's event sequence in the same
@@ -650,8 +702,13 @@ class RunRepository:
         on the run row: the UPDATE takes the row lock, so concurrent writers queue and
         the numbers stay gap-free and unique. On PostgreSQL this is one statement (the
         UPDATE feeds the INSERT in a CTE); on SQLite, two in the caller's transaction.
+
+        ``calls`` are recorded in the ledger by the same statement (on SQLite, one more),
+        only if the UPDATE matched; a call already recorded keeps its first record.
         """
-        k = len(events)
+        k, m = len(events), len(calls)
+        if m and not k:
+            raise ValueError("calls are recorded with the events that tell of them")
 
         def moved() -> ReturningUpdate[Any, Any]:
             bumped = build().values(event_seq=RUNS.c.event_seq + k)
@@ -660,10 +717,11 @@ class RunRepository:
         now = self._now()
         if self.engine.dialect.name == "postgresql":
             statement = self._statement(
-                key and ("events", key, k), lambda: _insert_events(moved().cte("moved"), k)
+                key and ("events", key, k, m),
+                lambda: _insert_events(moved().cte("moved"), k, calls=m),
             )
-            inserted = s.execute(statement, params | _event_params(events, now)).scalars()
-            return sorted(int(seq) for seq in inserted)
+            params |= _event_params(events, now) | _call_params(calls)
+            return sorted(int(seq) for seq in s.execute(statement, params).scalars())
         row = s.execute(self._statement(key and ("moved", key, k), moved), params).first()
         if row is None:
             return []
@@ -676,6 +734,9 @@ class RunRepository:
                 for i, (kind, payload) in enumerate(events)
             ],
         )  # fmt: skip
+        if calls:
+            record = sqlite_insert(CALLS).on_conflict_do_nothing(index_elements=_CALL_KEY)
+            s.execute(record, [_call_row(call) | {"run_id": row.id} for call in calls])
         return list(range(first, first + k))
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
@@ -839,36 +900,16 @@ class RunRepository:
             )
         return _to_entry(row) if row is not None else None
 
-    def record_call(
-        self,
-        run_id: str,
-        call_id: str,
-        *,
-        tool: str,
-        effect: str,
-        arguments: dict[str, JsonValue],
-        result: str,
-        is_error: bool,
-    ) -> None:
-        """Record a call that ran, with its result, in one write (a read: nothing to be
+    def record_calls(self, run_id: str, calls: Sequence[CallRecord]) -> None:
+        """Record calls that ran, with their results, in one write (reads: nothing to be
         in doubt about). A result recorded first by a concurrent duplicate stays."""
-        now = self._now()
-        status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
-        row = {
-            "run_id": uuid.UUID(run_id),
-            "call_id": call_id,
-            "tool": tool,
-            "effect": effect,
-            "arguments": arguments,
-            "status": status.value,
-            "result": result,
-            "is_error": is_error,
-            "attempts": 1,
-            "started_at": now,
-            "finished_at": now,
-        }
-        with contextlib.suppress(IntegrityError), self._one() as s:
-            s.execute(insert(CALLS).values(row))
+        rid = uuid.UUID(run_id)
+        insert_ = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        with self._one() as s:
+            s.execute(
+                insert_(CALLS).on_conflict_do_nothing(index_elements=_CALL_KEY),
+                [_call_row(call) | {"run_id": rid} for call in calls],
+            )
 
     def restart_call(self, run_id: str, call_id: str) -> None:
         """An in-doubt call is being run again (its tool is safe to repeat)."""
@@ -968,6 +1009,21 @@ _WAITING_CHECKPOINT = case(
 ).label("checkpoint")
 
 
+def _autocommit(engine: Engine, *, synchronous_commit: bool = True) -> Engine:
+    """An autocommit engine over ``engine``'s database, with a pool of its own like
+    ``engine``'s: its connections are born in autocommit, so no checkout switches them
+    in and out of it. ``synchronous_commit=False``: its commits do not wait for the
+    disk (see ``RunRepository.claim`` for when that is safe)."""
+    sibling = create_engine(engine.url, pool=engine.pool.recreate(), isolation_level="AUTOCOMMIT")
+    if not synchronous_commit:
+
+        @event.listens_for(sibling, "connect")
+        def _asynchronous(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute("SET synchronous_commit = off")
+
+    return sibling
+
+
 def _claim(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
     """queued → running; built once with bind parameters, as a segment's first statement
     it is the hottest one."""
@@ -982,7 +1038,15 @@ def _claim(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
             updated_at=bindparam("now"),
             version=RUNS.c.version + 1,
         )
-        .returning(*_RUN_COLUMNS, RUNS.c.suspended_state)
+        .returning(
+            RUNS.c.id,
+            RUNS.c.agent,
+            RUNS.c.input,
+            RUNS.c.attempts,
+            RUNS.c.turn_digest,
+            select(CALLS.c.id).where(CALLS.c.run_id == bindparam("rid")).exists().label("ledger"),
+            RUNS.c.suspended_state,
+        )
     )
 
 
@@ -998,10 +1062,13 @@ _TAKE_OVER = _claim(
 )
 
 
-def _insert_events(moved: CTE, k: int, source: FromClause | None = None) -> ReturningInsert[int]:
+def _insert_events(
+    moved: CTE, k: int, source: FromClause | None = None, *, calls: int = 0
+) -> ReturningInsert[int]:
     """INSERT ``k`` events (bound as ``_event_params`` names them) under the sequence
     numbers ``moved`` (a CTE of one run's UPDATE returning ``id`` and the raised
-    ``event_seq``) reserved for them."""
+    ``event_seq``) reserved for them; and with them ``calls`` ledger records (bound as
+    ``_call_params`` names them), in a CTE of their own."""
     rows = [
         select(
             moved.c.id,
@@ -1012,14 +1079,61 @@ def _insert_events(moved: CTE, k: int, source: FromClause | None = None) -> Retu
         ).select_from(source if source is not None else moved)
         for i in range(k)
     ]
-    return (
-        insert(EVENTS)
-        .from_select(
-            ["run_id", "seq", "kind", "payload", "created_at"],
-            rows[0] if k == 1 else union_all(*rows),
-        )
-        .returning(EVENTS.c.seq)
+    statement = insert(EVENTS).from_select(
+        ["run_id", "seq", "kind", "payload", "created_at"],
+        rows[0] if k == 1 else union_all(*rows),
     )
+    if calls:
+        statement = statement.add_cte(_record_calls(moved, calls))
+    return statement.returning(EVENTS.c.seq)
+
+
+_CALL_KEY = ["run_id", "call_id"]
+_CALL_COLUMNS = (
+    "call_id", "tool", "effect", "arguments", "status", "result", "is_error", "attempts",
+    "started_at", "finished_at",
+)  # fmt: skip
+
+
+def _record_calls(moved: CTE, m: int) -> CTE:
+    """INSERT ``m`` ledger records for the run ``moved`` updated; a call already
+    recorded (by a duplicate of the segment) keeps its first record."""
+    rows = [
+        select(
+            moved.c.id,
+            *(bindparam(f"c{j}_{c}", type_=CALLS.c[c].type) for c in _CALL_COLUMNS),
+        ).select_from(moved)
+        for j in range(m)
+    ]
+    recorded = (
+        pg_insert(CALLS)
+        .from_select(["run_id", *_CALL_COLUMNS], rows[0] if m == 1 else union_all(*rows))
+        .on_conflict_do_nothing(index_elements=_CALL_KEY)
+    )
+    return recorded.cte("recorded")
+
+
+def _call_row(call: CallRecord) -> dict[str, Any]:
+    status = CallStatus.FAILED if call.is_error else CallStatus.SUCCEEDED
+    return {
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "effect": call.effect,
+        "arguments": call.arguments,
+        "status": status.value,
+        "result": call.result,
+        "is_error": call.is_error,
+        "attempts": 1,
+        "started_at": call.started_at,
+        "finished_at": call.finished_at,
+    }
+
+
+def _call_params(calls: Sequence[CallRecord]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for j, call in enumerate(calls):
+        params |= {f"c{j}_{c}": v for c, v in _call_row(call).items()}
+    return params
 
 
 _DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")

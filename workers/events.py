@@ -1,19 +1,30 @@
 """The loop's event sink for a run: the audit stream, written behind the run.
 
 Events are kept in memory only while the run changes nothing outside it: they are
-written, in one statement, before its next model call or call of a tool that acts
-(a read-only tool changes nothing, and its result is in the ledger), and with the
-run's transition at the end of the segment (the same statement that finishes or
-suspends it). So the stream never lacks the record of a call that had effects
-before the next one starts, the row's counters are current whenever a model call
-or a write is in flight, and a segment that lost its lease writes nothing more.
+written, in one statement, before its next model call or call of a tool that acts,
+and with the run's transition at the end of the segment (the same statement that
+finishes or suspends it). A read-only tool changes nothing: its ledger record, with
+its result, waits with the events and is written by the same statement. So the
+stream never lacks the record of a call that had effects before the next one
+starts, the row's counters are current whenever a model call or a write is in
+flight, and a segment that lost its lease writes nothing more.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from loop import LoopEvent, Usage, event_payload
 from loop.events import DecisionApplied, ModelCalled, RunStarted
+from persistence.domain import CallRecord
 from persistence.repository import Event, RunRepository
+
+
+class Pending(NamedTuple):
+    """What a segment has yet to write: its events, and the read-only calls they tell of."""
+
+    events: list[Event]
+    calls: list[CallRecord]
 
 
 class RunEventSink:
@@ -23,6 +34,7 @@ class RunEventSink:
         self.usage = usage or Usage()
         """The run's token totals so far: seeded from the checkpoint, raised per model call."""
         self._pending: list[Event] = []
+        self._calls: list[CallRecord] = []
         self._counters: tuple[int, Usage] | None = None
 
     def emit(self, event: LoopEvent) -> None:
@@ -39,13 +51,20 @@ class RunEventSink:
         payload.pop("run_id", None)
         self._pending.append((kind, payload))
 
+    def record(self, call: CallRecord) -> None:
+        """A read-only call ran: its ledger record is written with the events."""
+        self._calls.append(call)
+
     def flush(self) -> None:
         """Write what is pending: the run is about to act on the outside world."""
         if self._pending:
-            self._repo.append_events(self._run_id, self._pending, counters=self._counters)
-        self._pending, self._counters = [], None
+            self._repo.append_events(
+                self._run_id, self._pending, counters=self._counters, calls=self._calls
+            )
+            self._pending, self._calls, self._counters = [], [], None
 
-    def take(self) -> list[Event]:
+    def take(self) -> Pending:
         """Hand what is pending to the run's transition, which writes it."""
-        pending, self._pending, self._counters = self._pending, [], None
+        pending = Pending(self._pending, self._calls)
+        self._pending, self._calls, self._counters = [], [], None
         return pending

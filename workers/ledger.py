@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
-from persistence.domain import CallStatus
-from persistence.repository import RunRepository
+from persistence.domain import CallRecord, CallStatus
+from persistence.repository import Clock, RunRepository, utcnow
 
 
 class InDoubtCallError(AirlockError):
@@ -34,11 +34,25 @@ class LedgerExecutor:
     """
 
     def __init__(
-        self, repo: RunRepository, run_id: str, before: Callable[[], None] | None = None
+        self,
+        repo: RunRepository,
+        run_id: str,
+        before: Callable[[], None] | None = None,
+        *,
+        record: Callable[[CallRecord], None] | None = None,
+        ledger: bool = True,
+        clock: Clock = utcnow,
     ) -> None:
+        """``before``: called before a call that acts. ``record``: takes a read's ledger
+        record, to be written later (by default it is written at once). ``ledger``:
+        False when the run's ledger was empty as the segment began, so no read of it
+        can have a recorded result to look up."""
         self._repo = repo
         self._run_id = run_id
         self._before = before
+        self._record = record
+        self._ledger = ledger
+        self._clock = clock
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
         if is_read(invocation):
@@ -74,22 +88,28 @@ class LedgerExecutor:
         lost mid-call, it would be run again anyway. Only its result is recorded, for
         a redelivered segment to replay."""
         call_id = invocation.context.call_id
-        entry = self._repo.recorded_call(self._run_id, call_id)
+        entry = self._repo.recorded_call(self._run_id, call_id) if self._ledger else None
         if entry is not None and entry.status is not CallStatus.STARTED:
             return ToolOutcome(entry.result or "", entry.is_error)
+        started = self._clock()
         outcome = invocation.invoke()
         if entry is not None:  # started by an earlier version that recorded reads first
             self._repo.finish_call(
                 self._run_id, call_id, outcome.content, is_error=outcome.is_error
             )
             return outcome
-        self._repo.record_call(
-            self._run_id,
+        call = CallRecord(
             call_id,
-            tool=invocation.tool.name,
-            effect=invocation.tool.effect.value,
-            arguments=invocation.arguments,
-            result=outcome.content,
-            is_error=outcome.is_error,
+            invocation.tool.name,
+            invocation.tool.effect.value,
+            invocation.arguments,
+            outcome.content,
+            outcome.is_error,
+            started,
+            self._clock(),
         )
+        if self._record is not None:
+            self._record(call)
+        else:
+            self._repo.record_calls(self._run_id, [call])
         return outcome

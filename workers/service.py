@@ -32,10 +32,10 @@ from loop import (
 )
 from loop.messages import Message
 from loop.tools import ToolSchema
-from persistence.domain import Reclaimed, Run, RunStatus
+from persistence.domain import Claim, Reclaimed, Run, RunStatus
 from persistence.repository import Clock, Event, RunRepository, UnknownRunError, utcnow
 from workers.decisions import DecisionBody, to_loop_decisions
-from workers.events import RunEventSink
+from workers.events import Pending, RunEventSink
 from workers.ledger import LedgerExecutor
 from workers.registry import Registry, UnknownAgentError
 
@@ -190,14 +190,17 @@ class Service:
                     return self._retry_later(run, owner, exc)
                 return self._fail(run, owner, _describe(exc, run))
 
-    def _advance(self, run: Run, owner: str, sink: RunEventSink) -> SegmentResult:
+    def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
         agent = self.registry.get(run.agent)
         state = self.repo.load_state(run) if run.has_checkpoint else None
         if state is not None:
             sink.usage = state.usage
         # the segment's events so far are written before each model call and each write
         agent = replace(agent, model=_FlushFirst(agent.model, sink.flush))
-        loop = ToolLoop(events=sink, executor=LedgerExecutor(self.repo, run.id, sink.flush))
+        executor = LedgerExecutor(
+            self.repo, run.id, sink.flush, record=sink.record, ledger=run.ledger, clock=self.clock
+        )
+        loop = ToolLoop(events=sink, executor=executor)
         try:
             if state is None:
                 result = loop.run(agent, run.input, run_id=run.id)
@@ -213,21 +216,22 @@ class Service:
 
     def _suspend(
         self,
-        run: Run,
+        run: Claim,
         owner: str,
         agent: Agent,
         state: SuspendedRunState,
-        events: Sequence[Event],
+        pending: Pending,
     ) -> SegmentResult:
         expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
-        if not self.repo.suspend(run.id, owner, state, expires, events=events):
+        events, calls = pending
+        if not self.repo.suspend(run.id, owner, state, expires, events=events, calls=calls):
             return self._lease_lost(run, owner)
         log.info("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
         self.notify("run.waiting_for_approval", run.id)
         return SegmentResult(Outcome.SUSPENDED)
 
     def _complete(
-        self, run: Run, owner: str, result: LoopResult, events: Sequence[Event]
+        self, run: Claim, owner: str, result: LoopResult, pending: Pending
     ) -> SegmentResult:
         finished = self.repo.finish(
             run.id,
@@ -237,7 +241,8 @@ class Service:
             output=result.output,
             iterations=result.iterations,
             usage=result.usage,
-            events=events,
+            events=pending.events,
+            calls=pending.calls,
         )
         if not finished:
             return self._lease_lost(run, owner)
@@ -245,7 +250,7 @@ class Service:
         self.notify("run.completed", run.id)
         return SegmentResult(Outcome.COMPLETED)
 
-    def _fail(self, run: Run, owner: str, error: str) -> SegmentResult:
+    def _fail(self, run: Claim, owner: str, error: str) -> SegmentResult:
         failed: Event = ("failed", {"error": error})
         if not self.repo.finish(
             run.id, RunStatus.FAILED, owner=owner, error=error, events=[failed]
@@ -255,7 +260,7 @@ class Service:
         self.notify("run.failed", run.id)
         return SegmentResult(Outcome.FAILED, error=error)
 
-    def _retry_later(self, run: Run, owner: str, exc: Exception) -> SegmentResult:
+    def _retry_later(self, run: Claim, owner: str, exc: Exception) -> SegmentResult:
         delay = min(self.limits.retry_max_delay, self.limits.retry_base_delay * 2**run.attempts)
         delay *= random.uniform(0.5, 1.5)
         if isinstance(exc, ModelError) and exc.retry_after:
@@ -270,7 +275,7 @@ class Service:
         self._wake(run.id, delay)
         return SegmentResult(Outcome.RETRY, retry_in=delay, error=str(exc))
 
-    def _lease_lost(self, run: Run, owner: str) -> SegmentResult:
+    def _lease_lost(self, run: Claim, owner: str) -> SegmentResult:
         log.warning(
             "lost the run's lease before recording the segment; another worker owns it now",
             extra={"action": "segment.lease_lost", "run_id": run.id, "owner": owner},
@@ -478,7 +483,7 @@ class _Leases:
             log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
 
 
-def _describe(exc: BaseException, run: Run) -> str:
+def _describe(exc: BaseException, run: Claim) -> str:
     if isinstance(exc, StateError):
         return f"refusing to resume run {run.id}: {exc}"
     if isinstance(exc, DecisionError | UnknownAgentError):

@@ -46,11 +46,11 @@ def all_at_once(n: int, work: Callable[[int], T]) -> list[T]:
 
 def test_twenty_concurrent_claims_one_winner(repo: RunRepository) -> None:
     run, _ = repo.create("mailer", "x")
-    results = all_at_once(WORKERS, lambda i: repo.claim(run.id, f"w{i}", LEASE))
-    winners = [r for r in results if r is not None]
+    results = all_at_once(WORKERS, lambda i: (f"w{i}", repo.claim(run.id, f"w{i}", LEASE)))
+    winners = [owner for owner, claim in results if claim is not None]
     assert len(winners) == 1
     final = repo.require(run.id)
-    assert final.lease_owner == winners[0].lease_owner
+    assert final.lease_owner == winners[0]
     assert final.attempts == 1 and final.version == run.version + 1
 
 

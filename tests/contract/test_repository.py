@@ -13,7 +13,7 @@ from sqlalchemy.exc import StatementError
 
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
-from persistence.domain import CallStatus, RunStatus
+from persistence.domain import CallRecord, CallStatus, RunStatus
 from persistence.repository import BadCursorError, RunRepository, UnknownRunError
 from tests.conftest import FakeClock
 from tests.contract.helpers import APPROVE, DENY, LEASE, suspended_state, waiting_run
@@ -69,12 +69,15 @@ def test_claim_is_a_guarded_transition(repo: RunRepository, clock: FakeClock) ->
     run, _ = repo.create("mailer", "x")
     claimed = repo.claim(run.id, "w1", LEASE)
     assert claimed is not None
-    assert claimed.status is RunStatus.RUNNING
-    assert claimed.lease_owner == "w1"
-    assert claimed.lease_expires_at == clock.now + LEASE
+    assert (claimed.id, claimed.agent, claimed.input) == (run.id, "mailer", "x")
     assert claimed.attempts == 1
-    assert claimed.version == run.version + 1
     assert not claimed.has_checkpoint and claimed.checkpoint is None
+    running = repo.require(run.id)
+    assert running.status is RunStatus.RUNNING
+    assert running.lease_owner == "w1"
+    assert running.lease_expires_at == clock.now + LEASE
+    assert running.attempts == 1
+    assert running.version == run.version + 1
     assert repo.claim(run.id, "w2", LEASE) is None
     assert repo.require(run.id).lease_owner == "w1"
 
@@ -420,3 +423,54 @@ def test_count_by_status(repo: RunRepository) -> None:
     counts = repo.count_by_status()
     assert counts[RunStatus.QUEUED] == 1 and counts[RunStatus.CANCELLED] == 1
     assert counts[RunStatus.RUNNING] == 0
+
+
+def _read(call_id: str, result: str, clock: FakeClock) -> CallRecord:
+    return CallRecord(
+        call_id, "lookup", "read", {"q": call_id}, result, False, clock.now, clock.now
+    )
+
+
+def test_reads_are_recorded_with_the_events_that_tell_of_them(
+    repo: RunRepository, clock: FakeClock
+) -> None:
+    run, _ = repo.create("mailer", "x")
+    claim = repo.claim(run.id, "w1", LEASE)
+    assert claim is not None and not claim.ledger  # nothing in the ledger: nothing to replay
+    tool = ("tool", {"call_id": "c1"})
+    assert repo.append_events(run.id, [tool], calls=[_read("c1", "first", clock)]) == [1]
+    # a duplicate segment's record of the same call: the first one stays
+    assert repo.append_events(run.id, [tool], calls=[_read("c1", "again", clock)]) == [2]
+    (entry,) = repo.ledger(run.id)
+    assert (entry.call_id, entry.status, entry.result) == ("c1", CallStatus.SUCCEEDED, "first")
+    # with the final transition, and only if it happens
+    done = ("completed", {})
+    calls = [_read("c2", "two", clock), _read("c3", "three", clock)]
+    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="w2", events=[done], calls=calls)
+    assert [e.call_id for e in repo.ledger(run.id)] == ["c1"]
+    assert repo.finish(run.id, RunStatus.COMPLETED, owner="w1", events=[done], calls=calls)
+    assert [(e.call_id, e.result) for e in repo.ledger(run.id)] == [
+        ("c1", "first"),
+        ("c2", "two"),
+        ("c3", "three"),
+    ]
+    assert [e.kind for e in repo.events(run.id)] == ["tool", "tool", "completed"]
+    with pytest.raises(ValueError, match="with the events"):
+        repo.append_events(run.id, [], calls=calls)
+
+
+def test_a_claim_says_whether_the_ledger_holds_calls(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.start_call(run.id, "c1", "send_email", "write", {})
+    claim = repo.claim(run.id, "w1", LEASE)
+    assert claim is not None and claim.ledger
+
+
+def test_each_segment_is_claimed_afresh(repo: RunRepository) -> None:
+    """Attempts count the claims of one segment: a run that waited for approval many
+    times keeps all its retries and reclaims for the segment it is in."""
+    run, state = waiting_run(repo)
+    assert repo.require(run.id).attempts == 0
+    assert repo.record_decision(run.id, state.turn_digest, APPROVE).result == "recorded"
+    claim = repo.claim(run.id, "w2", LEASE)
+    assert claim is not None and claim.attempts == 1

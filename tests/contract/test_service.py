@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
 
 from loop import (
     Agent,
@@ -320,3 +321,38 @@ def test_a_read_is_recorded_once_with_its_result_and_replayed(engine: Engine) ->
     repo.start_call(run.id, "c2", "look", "read", {"q": "c2"})
     assert execute(invocation("c2")) == ToolOutcome("found c2")
     assert ran == ["c1", "c2"] and repo.in_doubt_calls(run.id) == []
+
+
+def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> None:
+    ran: list[str] = []
+    script = ScriptedModel([{"tool_calls": [{"name": "peek", "arguments": {}}]}, {"content": "ok"}])
+
+    @tool
+    def peek() -> str:
+        ran.append("peek")
+        return f"seen {len(ran)}"
+
+    class LosesTheDatabaseOnce:
+        calls = 0
+
+        def complete(
+            self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
+        ) -> ModelResponse:
+            self.calls += 1
+            if self.calls == 2:
+                raise OperationalError("SELECT 1", {}, ConnectionError("server closed"))
+            return script.complete(transcript, tools)
+
+    agent = Agent(name="reader", model=LosesTheDatabaseOnce(), tools=[peek])
+    service, _ = make_service(engine, agent)
+    run, _ = service.start_run("reader", "x")
+    with pytest.raises(OperationalError):
+        service.run_segment(run.id, "w1")
+    # the read's record went out with its events, before the model call that failed
+    assert [(e.tool, e.status, e.result) for e in service.repo.ledger(run.id)] == [
+        ("peek", CallStatus.SUCCEEDED, "seen 1")
+    ]
+    assert service.run_segment(run.id, "w2", take_over="w1").outcome is Outcome.COMPLETED
+    assert ran == ["peek"]  # replayed, not run again
+    tools = [e.payload["result"] for e in service.repo.events(run.id) if e.kind == "tool"]
+    assert tools == ["seen 1", "seen 1"]
