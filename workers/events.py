@@ -1,17 +1,21 @@
 """The loop's event sink for a run: the audit stream, written behind the run.
 
-Events are kept in memory only while the run changes nothing outside it: they are
-written, in one statement, before its next model call or call of a tool that acts,
-and with the run's transition at the end of the segment (the same statement that
-finishes or suspends it). A read-only tool changes nothing: its ledger record, with
-its result, waits with the events and is written by the same statement. So the
-stream never lacks the record of a call that had effects before the next one
-starts, the row's counters are current whenever a model call or a write is in
-flight, and a segment that lost its lease writes nothing more.
+Events are kept in memory only while the run changes nothing outside it, and for
+a short while (``Limits.events_delay``): they are written, in one statement, before
+its next call of a tool that acts, by the worker's keeper thread once they have
+waited that long (a slow model call does not hide them), and otherwise with the
+run's transition at the end of the segment (the same statement that finishes or
+suspends it). A read-only tool changes nothing: its ledger record, with its
+result, waits with the events and is written by the same statement. So the stream
+never lacks the record of a call that had effects before the next one starts, the
+row's counters are current within that delay, and a segment that ends quickly
+writes once. Were the worker lost, what was still held is redone from the last
+checkpoint, and told again.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 from loop import LoopEvent, Usage, event_payload
@@ -28,6 +32,8 @@ class Pending(NamedTuple):
 
 
 class RunEventSink:
+    """The loop emits into it from the segment's thread; the keeper thread may flush it."""
+
     def __init__(self, repo: RunRepository, run_id: str, usage: Usage | None = None) -> None:
         self._repo = repo
         self._run_id = run_id
@@ -36,6 +42,7 @@ class RunEventSink:
         self._pending: list[Event] = []
         self._calls: list[CallRecord] = []
         self._counters: tuple[int, Usage] | None = None
+        self._lock = threading.Lock()
 
     def emit(self, event: LoopEvent) -> None:
         match event:
@@ -43,28 +50,33 @@ class RunEventSink:
                 return  # the request event was written when the run was created
             case DecisionApplied(source="operator"):
                 return  # written, with who decided, when the decision was recorded
-            case ModelCalled(iteration=iteration, usage=usage):
-                self.usage = self.usage + usage
-                self._counters = (iteration, self.usage)  # raised on the run row with it
         payload = event_payload(event)
         kind = str(payload.pop("kind"))
         payload.pop("run_id", None)
-        self._pending.append((kind, payload))
+        with self._lock:
+            if isinstance(event, ModelCalled):
+                self.usage = self.usage + event.usage
+                self._counters = (event.iteration, self.usage)  # raised on the row with it
+            self._pending.append((kind, payload))
 
     def record(self, call: CallRecord) -> None:
         """A read-only call ran: its ledger record is written with the events."""
-        self._calls.append(call)
+        with self._lock:
+            self._calls.append(call)
 
     def flush(self) -> None:
-        """Write what is pending: the run is about to act on the outside world."""
-        if self._pending:
-            self._repo.append_events(
-                self._run_id, self._pending, counters=self._counters, calls=self._calls
-            )
-            self._pending, self._calls, self._counters = [], [], None
+        """Write what is pending: the run is about to act on the outside world, or it
+        has waited long enough. What could not be written stays pending."""
+        with self._lock:
+            if self._pending:
+                self._repo.append_events(
+                    self._run_id, self._pending, counters=self._counters, calls=self._calls
+                )
+                self._pending, self._calls, self._counters = [], [], None
 
     def take(self) -> Pending:
         """Hand what is pending to the run's transition, which writes it."""
-        pending = Pending(self._pending, self._calls)
-        self._pending, self._calls, self._counters = [], [], None
-        return pending
+        with self._lock:
+            pending = Pending(self._pending, self._calls)
+            self._pending, self._calls, self._counters = [], [], None
+            return pending

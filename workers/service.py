@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -22,16 +22,12 @@ from loop import (
     ApprovalRequired,
     DecisionError,
     LoopResult,
-    Model,
     ModelError,
-    ModelResponse,
     StateError,
     SuspendedRunState,
     ToolLoop,
     check_decisions,
 )
-from loop.messages import Message
-from loop.tools import ToolSchema
 from persistence.domain import Claim, Reclaimed, Run, RunStatus
 from persistence.repository import Clock, Event, RunRepository, UnknownRunError, utcnow
 from workers.decisions import DecisionBody, to_loop_decisions
@@ -69,6 +65,8 @@ class Limits:
     max_attempts: int = 5
     retry_base_delay: float = 1.0
     retry_max_delay: float = 300.0
+    events_delay: float = 0.1
+    """The longest a segment's events wait in memory while it computes."""
 
 
 class Outcome(StrEnum):
@@ -122,10 +120,10 @@ class Service:
     notify: Notify = no_notify
     limits: Limits = field(default_factory=Limits)
     clock: Clock = utcnow
-    _leases: _Leases = field(init=False, repr=False)
+    _keeper: _Keeper = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._leases = _Leases(self.repo, self.limits.lease)
+        self._keeper = _Keeper(self.repo, self.limits.lease, self.limits.events_delay)
 
     # -- start ---------------------------------------------------------------------
 
@@ -179,7 +177,7 @@ class Service:
             return SegmentResult(Outcome.SKIPPED)
         log.debug("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
         sink = RunEventSink(self.repo, run.id)
-        with self._leases.hold(run_id, owner):
+        with self._keeper.hold(run_id, owner, sink):
             try:
                 return self._advance(run, owner, sink)
             except Exception as exc:
@@ -195,8 +193,7 @@ class Service:
         state = self.repo.load_state(run) if run.has_checkpoint else None
         if state is not None:
             sink.usage = state.usage
-        # the segment's events so far are written before each model call and each write
-        agent = replace(agent, model=_FlushFirst(agent.model, sink.flush))
+        # the segment's events so far are written before each write
         executor = LedgerExecutor(
             self.repo, run.id, sink.flush, record=sink.record, ledger=run.ledger, clock=self.clock
         )
@@ -420,60 +417,68 @@ class Service:
         return self.repo.purge(older_than, progress=progress)
 
 
-class _FlushFirst:
-    """The agent's model, behind a call to ``before``."""
+class _Keeper:
+    """Keeps the segments this process runs: renews their leases (every third of the
+    lease), so a long segment is not reclaimed, and writes the events a segment has
+    held for up to ``delay``, so a long model call does not hide what came before it.
 
-    def __init__(self, model: Model, before: Callable[[], None]) -> None:
-        self._model = model
-        self._before = before
+    One thread per process while any segment runs (started by the process that needs
+    it: a Celery pool child is forked without its parent's threads; gone when no
+    segment is left), instead of one per segment, whose start and join would cost
+    more than a short segment's writes."""
 
-    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
-        self._before()
-        return self._model.complete(transcript, tools)
-
-
-class _Leases:
-    """Renews the leases of the segments this process runs, so a long segment is not
-    reclaimed. One thread per process while any segment runs (started by the process
-    that needs it: a Celery pool child is forked without its parent's threads; gone
-    when no segment is left), instead of one per segment, whose start and join would
-    cost more than a short segment's writes."""
-
-    def __init__(self, repo: RunRepository, lease: timedelta) -> None:
+    def __init__(self, repo: RunRepository, lease: timedelta, delay: float) -> None:
         self._repo = repo
         self._lease = lease
-        self._held: dict[str, str] = {}
+        self._tick = min(delay, lease.total_seconds() / 3)
+        self._held: dict[str, tuple[str, RunEventSink]] = {}
         self._lock = threading.Lock()
-        self._renewing = threading.Lock()
+        self._busy = threading.Lock()
         self._thread: tuple[int, threading.Thread] | None = None
 
     @contextmanager
-    def hold(self, run_id: str, owner: str) -> Iterator[None]:
+    def hold(self, run_id: str, owner: str, sink: RunEventSink) -> Iterator[None]:
         with self._lock:
             if self._thread is None or self._thread[0] != os.getpid():
-                thread = threading.Thread(target=self._renew, name="airlock-leases", daemon=True)
+                thread = threading.Thread(target=self._keep, name="airlock-keeper", daemon=True)
                 self._thread = (os.getpid(), thread)
                 thread.start()
-            self._held[run_id] = owner
+            self._held[run_id] = (owner, sink)
         try:
             yield
         finally:
             with self._lock:
                 self._held.pop(run_id, None)
-            with self._renewing:
+            with self._busy:
                 pass  # a renewal in flight ends before the segment does
 
-    def _renew(self) -> None:
+    def _keep(self) -> None:
+        renew_every = self._lease.total_seconds() / 3
+        renew_at = time.monotonic() + renew_every
         while True:
-            time.sleep(self._lease.total_seconds() / 3)
-            with self._renewing:
+            time.sleep(self._tick)
+            with self._busy:
                 with self._lock:
                     held = list(self._held.items())
                     if not held:
                         self._thread = None
                         return
-                for run_id, owner in held:
-                    self._renew_one(run_id, owner)
+                for run_id, (_, sink) in held:
+                    self._flush(run_id, sink)
+                if time.monotonic() >= renew_at:
+                    renew_at = time.monotonic() + renew_every
+                    for run_id, (owner, _) in held:
+                        self._renew_one(run_id, owner)
+
+    def _flush(self, run_id: str, sink: RunEventSink) -> None:
+        try:
+            sink.flush()
+        except Exception:  # they stay pending: the segment's next write takes them
+            log.warning(
+                "could not write a segment's events",
+                extra={"action": "events.error", "run_id": run_id},
+                exc_info=True,
+            )
 
     def _renew_one(self, run_id: str, owner: str) -> None:
         try:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import StatementError
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
 from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.repository import BadCursorError, RunRepository, UnknownRunError
+from persistence.repository import BadCursorError, Event, RunRepository, UnknownRunError
 from tests.conftest import FakeClock
 from tests.contract.helpers import APPROVE, DENY, LEASE, suspended_state, waiting_run
 
@@ -437,14 +437,14 @@ def test_reads_are_recorded_with_the_events_that_tell_of_them(
     run, _ = repo.create("mailer", "x")
     claim = repo.claim(run.id, "w1", LEASE)
     assert claim is not None and not claim.ledger  # nothing in the ledger: nothing to replay
-    tool = ("tool", {"call_id": "c1"})
+    tool: Event = ("tool", {"call_id": "c1"})
     assert repo.append_events(run.id, [tool], calls=[_read("c1", "first", clock)]) == [1]
     # a duplicate segment's record of the same call: the first one stays
     assert repo.append_events(run.id, [tool], calls=[_read("c1", "again", clock)]) == [2]
     (entry,) = repo.ledger(run.id)
     assert (entry.call_id, entry.status, entry.result) == ("c1", CallStatus.SUCCEEDED, "first")
     # with the final transition, and only if it happens
-    done = ("completed", {})
+    done: Event = ("completed", {})
     calls = [_read("c2", "two", clock), _read("c3", "three", clock)]
     assert not repo.finish(run.id, RunStatus.COMPLETED, owner="w2", events=[done], calls=calls)
     assert [e.call_id for e in repo.ledger(run.id)] == ["c1"]

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import OperationalError
 
 from loop import (
@@ -208,10 +208,11 @@ def test_expiry_applies_the_action_with_its_event(
     assert service.expire_approvals() == ()  # applied once
 
 
-def test_a_segments_events_are_stored_before_each_model_call_and_each_write(
+def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_waits(
     engine: Engine,
 ) -> None:
     repo = RunRepository(engine)
+    delay = 0.05
     seen: list[tuple[str, list[str], int, int]] = []
     script = ScriptedModel(
         [
@@ -227,16 +228,16 @@ def test_a_segments_events_are_stored_before_each_model_call_and_each_write(
             (what, [e.kind for e in repo.events(run.id)], run.iterations, run.usage.prompt_tokens)
         )
 
-    class Watching:
+    class Slow:
         def complete(
             self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
         ) -> ModelResponse:
+            time.sleep(4 * delay)  # a model call that takes a while
             look("model")
             return script.complete(transcript, tools)
 
     @tool
     def peek() -> str:
-        look("read")
         return "ok"
 
     @tool(effect=Effect.IDEMPOTENT_WRITE)
@@ -246,24 +247,60 @@ def test_a_segments_events_are_stored_before_each_model_call_and_each_write(
 
     agent = Agent(
         name="watched",
-        model=Watching(),
+        model=Slow(),
         tools=[peek, poke],
         approval_policy=lambda tool, arguments: Approve(),
     )
-    service, _ = make_service(engine, agent)
+    service = Service(
+        repo=repo,
+        registry=Registry([agent]),
+        enqueue=Woken(),
+        limits=Limits(events_delay=delay),
+    )
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
     assert seen == [
         ("model", ["request"], 0, 0),
-        ("read", ["request"], 0, 0),  # a read acts on nothing: nothing is written first
-        ("model", ["request", "llm", "tool"], 1, 7),  # the model call is on record, counters too
-        ("write", ["request", "llm", "tool", "llm", "decision"], 2, 12),
+        # while the model thinks, what came before is on record, counters too
+        ("model", ["request", "llm", "tool"], 1, 7),
+        ("write", ["request", "llm", "tool", "llm", "decision"], 2, 12),  # before a write
         ("model", ["request", "llm", "tool", "llm", "decision", "tool"], 2, 12),
     ]
     done = service.repo.require(run.id)
     kinds = [e.kind for e in service.repo.events(run.id)]
     assert kinds == ["request", "llm", "tool", "llm", "decision", "tool", "llm", "completed"]
     assert (done.iterations, done.usage.prompt_tokens) == (3, 15)
+    assert [(e.tool, e.result) for e in service.repo.ledger(run.id)] == [
+        ("peek", "ok"),
+        ("poke", "ok"),
+    ]
+
+
+def test_a_quick_segment_writes_its_events_with_its_transition(engine: Engine) -> None:
+    """A segment that ends before its events are due writes them once, with its end."""
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    statements: list[str] = []
+    listen = service.repo.engine.dialect.name == "postgresql"
+    targets = [service.repo.engine]
+    if service.repo._autocommit and service.repo._leases:
+        targets += [service.repo._autocommit, service.repo._leases]
+    for target in targets:
+        event.listen(target, "before_cursor_execute", _count(statements))
+    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
+    written = [s.split()[0] for s in statements]
+    kinds = [e.kind for e in service.repo.events(run.id)]
+    assert kinds == ["request", "llm", "tool", "llm", "suspended"]
+    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]
+    if listen:  # on PostgreSQL: the claim, and the suspension with its events and read
+        assert written == ["UPDATE", "WITH"]
+
+
+def _count(into: list[str]) -> Any:
+    def listener(*args: Any) -> None:
+        into.append(args[2])
+
+    return listener
 
 
 def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:
@@ -340,11 +377,17 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
         ) -> ModelResponse:
             self.calls += 1
             if self.calls == 2:
+                time.sleep(0.2)  # long enough for the segment's events to be written
                 raise OperationalError("SELECT 1", {}, ConnectionError("server closed"))
             return script.complete(transcript, tools)
 
     agent = Agent(name="reader", model=LosesTheDatabaseOnce(), tools=[peek])
-    service, _ = make_service(engine, agent)
+    service = Service(
+        repo=RunRepository(engine),
+        registry=Registry([agent]),
+        enqueue=Woken(),
+        limits=Limits(events_delay=0.05),
+    )
     run, _ = service.start_run("reader", "x")
     with pytest.raises(OperationalError):
         service.run_segment(run.id, "w1")
