@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
 from pydantic import JsonValue
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import StatementError
 
 from loop import StateError, Usage
@@ -474,3 +475,28 @@ def test_each_segment_is_claimed_afresh(repo: RunRepository) -> None:
     assert repo.record_decision(run.id, state.turn_digest, APPROVE).result == "recorded"
     claim = repo.claim(run.id, "w2", LEASE)
     assert claim is not None and claim.attempts == 1
+
+
+def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
+    repo: RunRepository, engine: Engine
+) -> None:
+    """Not by scanning the partial index of queued runs (PostgreSQL chose that plan on a
+    table it had no statistics of, and each claim then read every queued run's entry)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    runs = [repo.create("mailer", "x")[0] for _ in range(300)]
+    issued: list[tuple[str, Any]] = []
+    hot = repo._leases  # the claim's own engine
+    assert hot is not None
+
+    def capture(*args: Any) -> None:
+        issued.append((args[2], args[3]))
+
+    event.listen(hot, "before_cursor_execute", capture)
+    assert repo.claim(runs[150].id, "w1", LEASE) is not None
+    ((statement, params),) = issued
+    with hot.connect() as conn:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
+    assert "pk_agent_runs" in plan and "ix_agent_runs_queued" not in plan, plan
