@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -91,7 +92,16 @@ class Tool:
         return dumped
 
     def schema(self) -> ToolSchema:
-        return ToolSchema(self.name, self.description, self.arguments.model_json_schema())
+        return ToolSchema(self.name, self.description, _json_schema(self.arguments))
+
+
+@functools.cache
+def _json_schema(arguments: type[BaseModel]) -> JsonObject:
+    """An arguments model's JSON schema, made once: the loop sends the tools' schemas
+    with every model call, and pydantic builds one anew each time it is asked. Shared:
+    read it, do not change it."""
+    schema: JsonObject = arguments.model_json_schema()
+    return schema
 
 
 def requires_approval(tool: Tool) -> bool:
