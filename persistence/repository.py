@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate, Update
+from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
 from sqlalchemy.sql.selectable import CTE, FromClause
 
 from loop import StateError, SuspendedRunState, Usage
@@ -271,7 +271,7 @@ class RunRepository:
         params: dict[str, Any] = {"rid": rid, "now": self._now(), "owner": owner}
         params |= {"digest": turn_digest} | {f"v_{c}": values[c] for c in columns}
         if events:
-            return bool(self._with_events(session, key, build, params, events, calls=calls))
+            return self._moved_with_events(session, key, build, params, events, calls=calls)
         if calls:
             raise ValueError("calls are recorded with the events that tell of them")
         return int(session.execute(self._statement(key, build), params).rowcount) == 1
@@ -711,14 +711,13 @@ class RunRepository:
             raise ValueError("calls are recorded with the events that tell of them")
 
         def moved() -> ReturningUpdate[Any, Any]:
-            bumped = build().values(event_seq=RUNS.c.event_seq + k)
-            return bumped.returning(RUNS.c.id, RUNS.c.event_seq)
+            return _reserving(build, k)
 
         now = self._now()
         if self.engine.dialect.name == "postgresql":
             statement = self._statement(
                 key and ("events", key, k, m),
-                lambda: _insert_events(moved().cte("moved"), k, calls=m),
+                lambda: _insert_events(moved().cte("moved"), k, calls=m).returning(EVENTS.c.seq),
             )
             params |= _event_params(events, now) | _call_params(calls)
             return sorted(int(seq) for seq in s.execute(statement, params).scalars())
@@ -738,6 +737,30 @@ class RunRepository:
             record = sqlite_insert(CALLS).on_conflict_do_nothing(index_elements=_CALL_KEY)
             s.execute(record, [_call_row(call) | {"run_id": row.id} for call in calls])
         return list(range(first, first + k))
+
+    def _moved_with_events(
+        self,
+        s: Connection,
+        key: Hashable | None,
+        build: Callable[[], Update],
+        params: dict[str, Any],
+        events: Sequence[Event],
+        *,
+        calls: Sequence[CallRecord] = (),
+    ) -> bool:
+        """``_with_events`` for a transition, which needs only to know whether it
+        happened: on PostgreSQL the statement returns no rows, only its count."""
+        k, m = len(events), len(calls)
+        if self.engine.dialect.name != "postgresql" or not k:
+            return bool(self._with_events(s, key, build, params, events, calls=calls))
+        statement = self._statement(
+            key and ("moved", key, k, m),
+            lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m).execution_options(
+                preserve_rowcount=True  # an INSERT's count is kept only when asked for
+            ),
+        )
+        params |= _event_params(events, self._now()) | _call_params(calls)
+        return int(s.execute(statement, params).rowcount) == k
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)
@@ -790,7 +813,7 @@ class RunRepository:
                     k = len(events)
                     statement = self._statement(("decide", k), lambda: _decide_statement(k))
                     params |= _event_params(events, now) if events else {}
-                    won = bool(s.execute(statement, params).all())
+                    won = int(s.execute(statement, params).rowcount) > 0
                 elif events:
                     won = bool(self._with_events(s, "decide", _waiting_to_queued, params, events))
                 else:
@@ -1073,9 +1096,16 @@ _TAKE_OVER = _claim(
 )
 
 
+def _reserving(build: Callable[[], Update], k: int) -> ReturningUpdate[Any, Any]:
+    """The UPDATE ``build`` makes, raising the run's event sequence by ``k`` and
+    returning the run's id and the raised sequence."""
+    bumped = build().values(event_seq=RUNS.c.event_seq + k)
+    return bumped.returning(RUNS.c.id, RUNS.c.event_seq)
+
+
 def _insert_events(
     moved: CTE, k: int, source: FromClause | None = None, *, calls: int = 0
-) -> ReturningInsert[int]:
+) -> Insert:
     """INSERT ``k`` events (bound as ``_event_params`` names them) under the sequence
     numbers ``moved`` (a CTE of one run's UPDATE returning ``id`` and the raised
     ``event_seq``) reserved for them; and with them ``calls`` ledger records (bound as
@@ -1096,7 +1126,7 @@ def _insert_events(
     )
     if calls:
         statement = statement.add_cte(_record_calls(moved, calls))
-    return statement.returning(EVENTS.c.seq)
+    return statement
 
 
 _CALL_KEY = ["run_id", "call_id"]
@@ -1160,9 +1190,10 @@ def _decide_statement(k: int) -> Any:
     source = select(cte.c.id, *(bindparam(f"d_{c}", type_=DECISIONS.c[c].type) for c in columns))
     decided = insert(DECISIONS).from_select(["run_id", *columns], source)
     if not k:
-        return decided.returning(DECISIONS.c.id)
+        return decided.execution_options(preserve_rowcount=True)
     both = decided.returning(DECISIONS.c.run_id).cte("decided")
-    return _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
+    statement = _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
+    return statement.execution_options(preserve_rowcount=True)
 
 
 def _waiting_to_queued() -> Update:
