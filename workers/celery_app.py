@@ -112,8 +112,10 @@ def _serve_metrics(**_: object) -> None:
 
 @worker_process_init.connect
 def _fresh_connections(**_: object) -> None:
-    # a forked child must not share the parent's database connections
+    # a forked child must not share the parent's database connections; its tasks run
+    # in this thread, which keeps its own between them
     service.cache_clear()
+    service().repo.hold_connections()
 
 
 def _backoff(retries: int) -> float:

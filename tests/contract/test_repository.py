@@ -10,7 +10,7 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import JsonValue
 from sqlalchemy import Engine, event, text
-from sqlalchemy.exc import StatementError
+from sqlalchemy.exc import OperationalError, StatementError
 
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
@@ -500,3 +500,26 @@ def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
         assert driver is not None
         plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
     assert "pk_agent_runs" in plan and "ix_agent_runs_queued" not in plan, plan
+
+
+def test_a_held_connection_is_reused_and_replaced_when_it_fails(
+    repo: RunRepository, engine: Engine
+) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has no connections to hold")
+    repo.hold_connections()
+    run, _ = repo.create("mailer", "x")
+
+    def backend() -> int:
+        with repo._one() as conn:
+            return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    first = backend()
+    assert repo.get(run.id) is not None and backend() == first  # one connection throughout
+    with engine.connect() as admin:  # the server drops it, as a restart would
+        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+        admin.commit()
+    with pytest.raises(OperationalError):
+        repo.get(run.id)
+    assert repo.get(run.id) is not None  # the next statement has a fresh connection
+    assert backend() != first
