@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy.exc import OperationalError, StatementError
 
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
+from persistence.db import make_engine
 from persistence.domain import CallRecord, CallStatus, RunStatus
 from persistence.repository import BadCursorError, Event, RunRepository, UnknownRunError
 from tests.conftest import FakeClock
@@ -477,13 +479,19 @@ def test_each_segment_is_claimed_afresh(repo: RunRepository) -> None:
     assert claim is not None and claim.attempts == 1
 
 
+@pytest.fixture
+def pg_repo(postgres_url: str) -> Iterator[RunRepository]:
+    engine = make_engine(postgres_url)
+    yield RunRepository(engine)
+    engine.dispose()
+
+
 def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
-    repo: RunRepository, engine: Engine
+    pg_repo: RunRepository,
 ) -> None:
     """Not by scanning the partial index of queued runs (PostgreSQL chose that plan on a
     table it had no statistics of, and each claim then read every queued run's entry)."""
-    if engine.dialect.name != "postgresql":
-        pytest.skip("a PostgreSQL plan")
+    repo = pg_repo
     runs = [repo.create("mailer", "x")[0] for _ in range(300)]
     issued: list[tuple[str, Any]] = []
     hot = repo._leases  # the claim's own engine
@@ -502,11 +510,8 @@ def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
     assert "pk_agent_runs" in plan and "ix_agent_runs_queued" not in plan, plan
 
 
-def test_a_held_connection_is_reused_and_replaced_when_it_fails(
-    repo: RunRepository, engine: Engine
-) -> None:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("SQLite has no connections to hold")
+def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunRepository) -> None:
+    repo, engine = pg_repo, pg_repo.engine
     repo.hold_connections()
     run, _ = repo.create("mailer", "x")
 
