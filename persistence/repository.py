@@ -71,6 +71,10 @@ class UnknownRunError(LookupError):
     """No run has this id."""
 
 
+class LeaseLostError(Exception):
+    """The run is no longer leased to the segment that meant to write to it."""
+
+
 class BadCursorError(ValueError):
     """The pagination cursor is malformed."""
 
@@ -666,18 +670,24 @@ class RunRepository:
         *,
         counters: tuple[int, Usage] | None = None,
         calls: Sequence[CallRecord] = (),
+        owner: str | None = None,
     ) -> list[int]:
         """Append events in one statement; returns their ``seq``.
 
         ``counters`` (iterations, usage) are raised on the run row by the same
         statement, never lowered: a model call's event and its counters are one write.
         ``calls`` (read-only calls that ran) are recorded in the ledger by it too.
+        ``owner``: only while the run is running under this lease, else
+        ``LeaseLostError`` and nothing is written (a segment whose lease was taken
+        over writes nothing more).
         """
         with self._one() as s:
-            seqs = self._append(s, run_id, events, counters=counters, calls=calls)
-        if not seqs:
-            raise UnknownRunError(f"no run has id {run_id!r}")
-        return seqs
+            seqs = self._append(s, run_id, events, counters=counters, calls=calls, owner=owner)
+        if seqs:
+            return seqs
+        if owner is not None and self.get(run_id) is not None:
+            raise LeaseLostError(f"run {run_id} is no longer leased to {owner}")
+        raise UnknownRunError(f"no run has id {run_id!r}")
 
     def _append(
         self,
@@ -687,9 +697,14 @@ class RunRepository:
         *,
         counters: tuple[int, Usage] | None = None,
         calls: Sequence[CallRecord] = (),
+        owner: str | None = None,
     ) -> list[int]:
         def build() -> Update:
             bump = update(RUNS).where(RUNS.c.id == bindparam("rid"))
+            if owner is not None:
+                bump = bump.where(
+                    _status_in(RunStatus.RUNNING.value), RUNS.c.lease_owner == bindparam("owner")
+                )
             if counters is None:
                 return bump
             return bump.values(
@@ -698,7 +713,7 @@ class RunRepository:
                 completion_tokens=self._at_least(RUNS.c.completion_tokens, bindparam("completion")),
             )
 
-        params: dict[str, Any] = {"rid": parse_run_id(run_id)}
+        params: dict[str, Any] = {"rid": parse_run_id(run_id), "owner": owner}
         if counters is not None:
             iterations, usage = counters
             params |= {
@@ -706,9 +721,8 @@ class RunRepository:
                 "prompt": usage.prompt_tokens,
                 "completion": usage.completion_tokens,
             }
-        return self._with_events(
-            s, ("append", counters is not None), build, params, events, calls=calls
-        )
+        key = ("append", counters is not None, owner is not None)
+        return self._with_events(s, key, build, params, events, calls=calls)
 
     def _with_events(
         self,

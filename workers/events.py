@@ -8,9 +8,10 @@ run's transition at the end of the segment (the same statement that finishes or
 suspends it). A read-only tool changes nothing: its ledger record, with its
 result, waits with the events and is written by the same statement. So the stream
 never lacks the record of a call that had effects before the next one starts, the
-row's counters are current within that delay, and a segment that ends quickly
-writes once. Were the worker lost, what was still held is redone from the last
-checkpoint, and told again.
+row's counters are current within that delay, a segment that ends quickly writes
+once, and a segment whose lease was taken over writes nothing more. Were the
+worker lost, what was still held is redone from the last checkpoint, and told
+again.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ class Pending(NamedTuple):
 class RunEventSink:
     """The loop emits into it from the segment's thread; the keeper thread may flush it."""
 
-    def __init__(self, repo: RunRepository, run_id: str, usage: Usage | None = None) -> None:
+    def __init__(
+        self, repo: RunRepository, run_id: str, owner: str, usage: Usage | None = None
+    ) -> None:
         self._repo = repo
         self._run_id = run_id
+        self._owner = owner
         self.usage = usage or Usage()
         """The run's token totals so far: seeded from the checkpoint, raised per model call."""
         self._pending: list[Event] = []
@@ -66,11 +70,16 @@ class RunEventSink:
 
     def flush(self) -> None:
         """Write what is pending: the run is about to act on the outside world, or it
-        has waited long enough. What could not be written stays pending."""
+        has waited long enough. What could not be written stays pending; if the run's
+        lease was taken over, ``LeaseLostError``."""
         with self._lock:
             if self._pending:
                 self._repo.append_events(
-                    self._run_id, self._pending, counters=self._counters, calls=self._calls
+                    self._run_id,
+                    self._pending,
+                    counters=self._counters,
+                    calls=self._calls,
+                    owner=self._owner,
                 )
                 self._pending, self._calls, self._counters = [], [], None
 

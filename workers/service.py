@@ -29,7 +29,14 @@ from loop import (
     check_decisions,
 )
 from persistence.domain import Claim, Reclaimed, Run, RunStatus
-from persistence.repository import Clock, Event, RunRepository, UnknownRunError, utcnow
+from persistence.repository import (
+    Clock,
+    Event,
+    LeaseLostError,
+    RunRepository,
+    UnknownRunError,
+    utcnow,
+)
 from workers.decisions import DecisionBody, to_loop_decisions
 from workers.events import Pending, RunEventSink
 from workers.ledger import LedgerExecutor
@@ -176,17 +183,22 @@ class Service:
             )
             return SegmentResult(Outcome.SKIPPED)
         log.debug("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
-        sink = RunEventSink(self.repo, run.id)
+        sink = RunEventSink(self.repo, run.id, owner)
         with self._keeper.hold(run_id, owner, sink):
             try:
-                return self._advance(run, owner, sink)
-            except Exception as exc:
-                if is_database_error(exc):
+                try:
+                    return self._advance(run, owner, sink)
+                except LeaseLostError:
                     raise
-                sink.flush()  # what the segment did before it failed, counters included
-                if is_transient(exc) and run.attempts < self.limits.max_attempts:
-                    return self._retry_later(run, owner, exc)
-                return self._fail(run, owner, _describe(exc, run))
+                except Exception as exc:
+                    if is_database_error(exc):
+                        raise
+                    sink.flush()  # what the segment did before it failed, counters included
+                    if is_transient(exc) and run.attempts < self.limits.max_attempts:
+                        return self._retry_later(run, owner, exc)
+                    return self._fail(run, owner, _describe(exc, run))
+            except LeaseLostError:  # another worker owns the run now: stop, write nothing
+                return self._lease_lost(run, owner)
 
     def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
         agent = self.registry.get(run.agent)
@@ -473,6 +485,8 @@ class _Keeper:
     def _flush(self, run_id: str, sink: RunEventSink) -> None:
         try:
             sink.flush()
+        except LeaseLostError:  # the segment finds out at its next write, and stops
+            log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
         except Exception:  # they stay pending: the segment's next write takes them
             log.warning(
                 "could not write a segment's events",

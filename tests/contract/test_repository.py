@@ -17,7 +17,13 @@ from loop import StateError, Usage
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.repository import BadCursorError, Event, RunRepository, UnknownRunError
+from persistence.repository import (
+    BadCursorError,
+    Event,
+    LeaseLostError,
+    RunRepository,
+    UnknownRunError,
+)
 from tests.conftest import FakeClock
 from tests.contract.helpers import APPROVE, DENY, LEASE, suspended_state, waiting_run
 
@@ -528,3 +534,15 @@ def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunRepo
         repo.get(run.id)
     assert repo.get(run.id) is not None  # the next statement has a fresh connection
     assert backend() != first
+
+
+def test_events_for_a_lease_are_written_only_while_it_is_held(repo: RunRepository) -> None:
+    run, _ = repo.create("mailer", "x")
+    repo.claim(run.id, "w1", LEASE)
+    llm: Event = ("llm", {})
+    assert repo.append_events(run.id, [llm], owner="w1") == [1]
+    with pytest.raises(LeaseLostError):
+        repo.append_events(run.id, [llm], owner="w2")
+    assert [e.seq for e in repo.events(run.id)] == [1]
+    with pytest.raises(UnknownRunError):
+        repo.append_events(str(uuid.uuid4()), [llm], owner="w1")

@@ -399,3 +399,55 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
     assert ran == ["peek"]  # replayed, not run again
     tools = [e.payload["result"] for e in service.repo.events(run.id) if e.kind == "tool"]
     assert tools == ["seen 1", "seen 1"]
+
+
+def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> None:
+    """Another worker took the run over while the model thought: the segment writes
+    nothing more, and the write the model then asks for never runs."""
+    repo = RunRepository(engine)
+    sent: list[str] = []
+    script = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "peek", "arguments": {}}]},
+            {"tool_calls": [{"name": "poke", "arguments": {}}]},
+            {"content": "done"},
+        ]
+    )
+
+    class LosesTheLease:
+        calls = 0
+
+        def complete(
+            self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
+        ) -> ModelResponse:
+            self.calls += 1
+            if self.calls == 2:  # the lease expired and another worker reclaimed the run
+                with engine.begin() as conn:
+                    conn.execute(text("UPDATE agent_runs SET lease_owner = 'w2'"))
+                time.sleep(0.2)  # long enough for the keeper to try to write
+            return script.complete(transcript, tools)
+
+    @tool
+    def peek() -> str:
+        return "ok"
+
+    @tool(effect=Effect.IDEMPOTENT_WRITE)
+    def poke() -> str:
+        sent.append("poke")
+        return "ok"
+
+    agent = Agent(
+        name="watched",
+        model=LosesTheLease(),
+        tools=[peek, poke],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
+    service = Service(
+        repo=repo, registry=Registry([agent]), enqueue=Woken(), limits=Limits(events_delay=0.05)
+    )
+    run, _ = service.start_run("watched", "x")
+    assert service.run_segment(run.id, "w1").outcome is Outcome.LEASE_LOST
+    assert sent == []
+    assert [e.kind for e in repo.events(run.id)] == ["request"]
+    assert repo.ledger(run.id) == []
+    assert repo.require(run.id).lease_owner == "w2"
