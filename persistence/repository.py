@@ -361,28 +361,6 @@ class RunRepository:
             )
             return int(result.rowcount) == 1
 
-    def update_counters(self, run_id: str, owner: str, iterations: int, usage: Usage) -> bool:
-        """Keep the row's counters current while a segment runs. Never lowers them."""
-        rid = parse_run_id(run_id)
-        with self._one() as s:
-            result = s.execute(
-                update(RUNS)
-                .where(
-                    RUNS.c.id == rid,
-                    RUNS.c.status == RunStatus.RUNNING.value,
-                    RUNS.c.lease_owner == owner,
-                    RUNS.c.iterations <= iterations,
-                )
-                .values(
-                    iterations=iterations,
-                    prompt_tokens=self._at_least(RUNS.c.prompt_tokens, usage.prompt_tokens),
-                    completion_tokens=self._at_least(
-                        RUNS.c.completion_tokens, usage.completion_tokens
-                    ),
-                )
-            )
-            return int(result.rowcount) == 1
-
     def suspend(
         self,
         run_id: str,

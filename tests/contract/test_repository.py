@@ -121,9 +121,11 @@ def test_suspend_stores_checkpoint_counters_and_digest(
 def test_counters_are_kept_current_and_never_lowered(repo: RunRepository) -> None:
     run, _ = repo.create("mailer", "x")
     repo.claim(run.id, "w1", LEASE)
-    assert repo.update_counters(run.id, "w1", 3, Usage(30, 4))
-    assert not repo.update_counters(run.id, "w1", 1, Usage(0, 0))
-    assert not repo.update_counters(run.id, "other", 9, Usage(90, 9))
+    llm: Event = ("llm", {})
+    repo.append_events(run.id, [llm], counters=(3, Usage(30, 4)), owner="w1")
+    repo.append_events(run.id, [llm], counters=(1, Usage(0, 0)), owner="w1")  # a replay
+    with pytest.raises(LeaseLostError):
+        repo.append_events(run.id, [llm], counters=(9, Usage(90, 9)), owner="other")
     current = repo.require(run.id)
     assert (current.iterations, current.usage) == (3, Usage(30, 4))
 
