@@ -193,11 +193,12 @@ class ToolLoop:
             pending = tuple(_gate(run.agent, call) for call in message.tool_calls)
             if any(p.requires_approval for p in pending):
                 self._suspend(run, pending)
-            digest = turn_digest(pending)
+            digest = None  # only a policy's decision is told with the turn's digest
             for p in pending:
                 assert p.preset is not None
                 source = _preset_source(p)
                 if source == "policy":
+                    digest = digest or turn_digest(pending)
                     self._emit_decision(
                         run, digest=digest, call=p, decision=p.preset, source=source, approver=None
                     )
