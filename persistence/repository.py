@@ -772,7 +772,7 @@ class RunRepository:
         if self.engine.dialect.name != "postgresql" or not k:
             return bool(self._with_events(s, key, build, params, events, calls=calls))
         statement = self._statement(
-            key and ("moved", key, k, m),
+            key and ("quiet", key, k, m),  # no rows back: a shape of its own
             lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m).execution_options(
                 preserve_rowcount=True  # an INSERT's count is kept only when asked for
             ),
