@@ -287,6 +287,13 @@ class PrivatePostgres:
         assert pg_ctl
         self._as_postgres([pg_ctl, "-D", str(self.dir), "-m", "fast", "-w", "stop"])
 
+    def crash(self) -> None:
+        """Stop as a power cut would: no shutdown checkpoint, recovery replays the log at
+        the next start, and a commit that did not wait for the disk may be lost."""
+        pg_ctl = postgres_bin("pg_ctl")
+        assert pg_ctl
+        self._as_postgres([pg_ctl, "-D", str(self.dir), "-m", "immediate", "-w", "stop"])
+
     def restart(self) -> None:
         self.stop()
         self.start()

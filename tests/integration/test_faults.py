@@ -35,16 +35,26 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.stop()
 
 
+@pytest.mark.parametrize("down", ["stop", "crash"])
 def test_postgres_restart_during_a_run(
-    make_stack: StackFactory, private_postgres: PrivatePostgres, shared_redis: str
+    make_stack: StackFactory, private_postgres: PrivatePostgres, shared_redis: str, down: str
 ) -> None:
+    """``crash`` comes milliseconds after the claim, which does not wait for the disk:
+    the restarted server may or may not have it, and the run completes either way."""
     migrate(private_postgres.url)
     stack = make_stack(AIRLOCK_DATABASE_URL=private_postgres.url, AIRLOCK_BROKER_URL=shared_redis)
     worker = stack.worker()
     stack.beat()
     run, _ = stack.service.start_run("slow_read", "mail")
-    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
-    private_postgres.stop()
+    wait_for(
+        "the slow lookup",
+        lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"],
+        interval=0.005,
+    )
+    if down == "crash":
+        private_postgres.crash()
+    else:
+        private_postgres.stop()
     # the tool finishes while the database is down: recording it fails, the task retries
     wait_for(
         "the segment to meet the dead database",
