@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
 from sqlalchemy.sql.selectable import CTE, FromClause
@@ -112,12 +112,10 @@ class RunRepository:
             if sibling is not None:
                 sibling.dispose()
 
-    def _statement(self, key: Hashable | None, build: Callable[[], T]) -> T:
-        """A statement of the hot path, built once per shape with bind parameters:
-        building and cache-keying SQLAlchemy constructs costs more than executing
-        them on a local database. ``key`` None: built every time."""
-        if key is None:
-            return build()
+    def _statement(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A statement of the hot path, built once per shape (``key``) with bind
+        parameters: building and cache-keying SQLAlchemy constructs costs more than
+        executing them on a local database."""
         statement: T | None = self._statements.get(key)
         if statement is None:
             statement = self._statements[key] = build()
@@ -447,8 +445,13 @@ class RunRepository:
 
     def retry(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
         """failed → queued; the run continues from its last checkpoint."""
-        values = {"status": RunStatus.QUEUED.value, "error": None, "termination": None}
-        return self._transition_with(run_id, [RunStatus.FAILED], values | {"attempts": 0}, events)
+        values = {
+            "status": RunStatus.QUEUED.value,
+            "error": None,
+            "termination": None,
+            "attempts": 0,
+        }
+        return self._transition_with(run_id, [RunStatus.FAILED], values, events)
 
     def requeue(self, run_id: str, owner: str, *, events: Sequence[Event] = ()) -> bool:
         """running → queued by the lease owner (a transient error: try again later)."""
@@ -705,7 +708,7 @@ class RunRepository:
     def _with_events(
         self,
         s: Connection,
-        key: Hashable | None,
+        key: Hashable,
         build: Callable[[], Update],
         params: dict[str, Any],
         events: Sequence[Event],
@@ -734,12 +737,12 @@ class RunRepository:
         now = self._now()
         if self.engine.dialect.name == "postgresql":
             statement = self._statement(
-                key and ("events", key, k, m),
+                ("events", key, k, m),
                 lambda: _insert_events(moved().cte("moved"), k, calls=m).returning(EVENTS.c.seq),
             )
             params |= _event_params(events, now) | _call_params(calls)
             return sorted(int(seq) for seq in s.execute(statement, params).scalars())
-        row = s.execute(self._statement(key and ("moved", key, k), moved), params).first()
+        row = s.execute(self._statement(("moved", key, k), moved), params).first()
         if row is None:
             return []
         first = int(row.event_seq) - k + 1
@@ -759,7 +762,7 @@ class RunRepository:
     def _moved_with_events(
         self,
         s: Connection,
-        key: Hashable | None,
+        key: Hashable,
         build: Callable[[], Update],
         params: dict[str, Any],
         events: Sequence[Event],
@@ -769,10 +772,10 @@ class RunRepository:
         """``_with_events`` for a transition, which needs only to know whether it
         happened: on PostgreSQL the statement returns no rows, only its count."""
         k, m = len(events), len(calls)
-        if self.engine.dialect.name != "postgresql" or not k:
+        if self.engine.dialect.name != "postgresql":
             return bool(self._with_events(s, key, build, params, events, calls=calls))
         statement = self._statement(
-            key and ("quiet", key, k, m),  # no rows back: a shape of its own
+            ("quiet", key, k, m),  # no rows back: a shape of its own
             lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m).execution_options(
                 preserve_rowcount=True  # an INSERT's count is kept only when asked for
             ),
@@ -884,15 +887,7 @@ class RunRepository:
             )
 
     def _decision(self, s: Connection, run_id: str, turn_digest: str) -> DecisionRecord | None:
-        row = (
-            s.execute(
-                select(DECISIONS).where(
-                    DECISIONS.c.run_id == uuid.UUID(run_id), DECISIONS.c.turn_digest == turn_digest
-                )
-            )
-            .mappings()
-            .first()
-        )
+        row = _row_of(s, DECISIONS, run_id, turn_digest=turn_digest)
         return _to_decision(row) if row is not None else None
 
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
@@ -930,15 +925,7 @@ class RunRepository:
 
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._one() as s:
-            row = (
-                s.execute(
-                    select(CALLS).where(
-                        CALLS.c.run_id == uuid.UUID(run_id), CALLS.c.call_id == call_id
-                    )
-                )
-                .mappings()
-                .first()
-            )
+            row = _row_of(s, CALLS, run_id, call_id=call_id)
         return _to_entry(row) if row is not None else None
 
     def record_calls(self, run_id: str, calls: Sequence[CallRecord]) -> None:
@@ -1202,8 +1189,7 @@ def _decide_statement(k: int) -> Any:
     """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
     ``k`` events' INSERT, in one round trip; a second decision for the turn violates
     the unique key and rolls all of it back."""
-    bumped = _waiting_to_queued().values(event_seq=RUNS.c.event_seq + k)
-    cte = bumped.returning(RUNS.c.id, RUNS.c.event_seq).cte("moved")
+    cte = _reserving(_waiting_to_queued, k).cte("moved")
     columns = [c for c in _DECISION_COLUMNS if c != "run_id"]
     source = select(cte.c.id, *(bindparam(f"d_{c}", type_=DECISIONS.c[c].type) for c in columns))
     decided = insert(DECISIONS).from_select(["run_id", *columns], source)
@@ -1236,6 +1222,12 @@ def _event_params(events: Sequence[Event], now: datetime) -> dict[str, Any]:
     for i, (kind, payload) in enumerate(events):
         params |= {f"kind_{i}": kind, f"payload_{i}": payload}
     return params
+
+
+def _row_of(s: Connection, table: Table, run_id: str, **key: Any) -> RowMapping | None:
+    """The row of ``table`` that belongs to the run and has ``key`` (unique per run)."""
+    where = [table.c.run_id == uuid.UUID(run_id), *(table.c[c] == v for c, v in key.items())]
+    return s.execute(select(table).where(*where)).mappings().first()
 
 
 def _run_select() -> Select[Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from loop import (
     Agent,
     Approve,
     Effect,
+    Model,
     ModelError,
     ModelResponse,
     ScriptedModel,
@@ -66,6 +67,34 @@ def make_service(engine: Engine, *extra: Agent, max_attempts: int = 3) -> tuple[
 
 def flaky(name: str, *errors: ModelError) -> Agent:
     return Agent(name=name, model=FlakyModel(list(errors)), tools=[lookup, send_email])
+
+
+def keeping(repo: RunRepository, agent: Agent, delay: float = 0.05) -> Service:
+    """A service for ``agent`` whose keeper writes held events after ``delay``."""
+    return Service(
+        repo=repo, registry=Registry([agent]), enqueue=Woken(), limits=Limits(events_delay=delay)
+    )
+
+
+def peek_then_poke(model: Model, on_poke: Callable[[], None]) -> Agent:
+    """An agent with a read (``peek``) and an idempotent write (``poke``, approved by
+    its policy, calling ``on_poke`` when it runs)."""
+
+    @tool
+    def peek() -> str:
+        return "ok"
+
+    @tool(effect=Effect.IDEMPOTENT_WRITE)
+    def poke() -> str:
+        on_poke()
+        return "ok"
+
+    return Agent(
+        name="watched",
+        model=model,
+        tools=[peek, poke],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
 
 
 def test_transient_model_errors_are_retried_with_the_providers_delay(engine: Engine) -> None:
@@ -236,27 +265,7 @@ def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_w
             look("model")
             return script.complete(transcript, tools)
 
-    @tool
-    def peek() -> str:
-        return "ok"
-
-    @tool(effect=Effect.IDEMPOTENT_WRITE)
-    def poke() -> str:
-        look("write")
-        return "ok"
-
-    agent = Agent(
-        name="watched",
-        model=Slow(),
-        tools=[peek, poke],
-        approval_policy=lambda tool, arguments: Approve(),
-    )
-    service = Service(
-        repo=repo,
-        registry=Registry([agent]),
-        enqueue=Woken(),
-        limits=Limits(events_delay=delay),
-    )
+    service = keeping(repo, peek_then_poke(Slow(), lambda: look("write")), delay)
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
     assert seen == [
@@ -382,12 +391,7 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
             return script.complete(transcript, tools)
 
     agent = Agent(name="reader", model=LosesTheDatabaseOnce(), tools=[peek])
-    service = Service(
-        repo=RunRepository(engine),
-        registry=Registry([agent]),
-        enqueue=Woken(),
-        limits=Limits(events_delay=0.05),
-    )
+    service = keeping(RunRepository(engine), agent)
     run, _ = service.start_run("reader", "x")
     with pytest.raises(OperationalError):
         service.run_segment(run.id, "w1")
@@ -427,24 +431,7 @@ def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> No
                 time.sleep(0.2)  # long enough for the keeper to try to write
             return script.complete(transcript, tools)
 
-    @tool
-    def peek() -> str:
-        return "ok"
-
-    @tool(effect=Effect.IDEMPOTENT_WRITE)
-    def poke() -> str:
-        sent.append("poke")
-        return "ok"
-
-    agent = Agent(
-        name="watched",
-        model=LosesTheLease(),
-        tools=[peek, poke],
-        approval_policy=lambda tool, arguments: Approve(),
-    )
-    service = Service(
-        repo=repo, registry=Registry([agent]), enqueue=Woken(), limits=Limits(events_delay=0.05)
-    )
+    service = keeping(repo, peek_then_poke(LosesTheLease(), lambda: sent.append("poke")))
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w1").outcome is Outcome.LEASE_LOST
     assert sent == []
