@@ -36,6 +36,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
+from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.selectable import CTE, FromClause
 
 from loop import StateError, SuspendedRunState, Usage
@@ -55,6 +56,7 @@ from persistence.domain import (
     RunEvent,
     RunStatus,
 )
+from persistence.driver import DriverStatement
 from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
 
 Clock = Callable[[], datetime]
@@ -120,6 +122,11 @@ class RunRepository:
         if statement is None:
             statement = self._statements[key] = build()
         return statement
+
+    def _driver(self, key: Hashable, build: Callable[[], ClauseElement]) -> DriverStatement:
+        """A hot PostgreSQL statement, sent through the driver (see ``persistence.driver``)."""
+        dialect = self.engine.dialect
+        return self._statement(("driver", key), lambda: DriverStatement(build(), dialect))
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -328,22 +335,20 @@ class RunRepository:
             return None
         now = self._now()
         params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
+        claim = _CLAIM if take_over is None else _TAKE_OVER
+        if take_over is not None:
+            params["previous"] = take_over
         with self._one(self._leases) as s:
-            if take_over is None:
-                row = s.execute(_CLAIM, params).first()
+            row: Sequence[Any] | None
+            if self._leases is None:  # SQLite
+                row = s.execute(claim, params).first()
             else:
-                row = s.execute(_TAKE_OVER, params | {"previous": take_over}).first()
+                statement = self._driver(("claim", take_over is None), lambda: claim)
+                row = statement.execute(s, params).fetchone()
         if row is None:
             return None
-        return Claim(
-            str(row.id),
-            row.agent,
-            row.input,
-            row.attempts,
-            row.turn_digest,
-            bool(row.ledger),
-            row.suspended_state,
-        )
+        _, agent, input, attempts, turn_digest, ledger, sealed = row
+        return Claim(str(rid), agent, input, attempts, turn_digest, bool(ledger), sealed)
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         rid = parse_run_id(run_id)
@@ -736,12 +741,12 @@ class RunRepository:
 
         now = self._now()
         if self.engine.dialect.name == "postgresql":
-            statement = self._statement(
+            statement = self._driver(
                 ("events", key, k, m),
                 lambda: _insert_events(moved().cte("moved"), k, calls=m).returning(EVENTS.c.seq),
             )
             params |= _event_params(events, now) | _call_params(calls)
-            return sorted(int(seq) for seq in s.execute(statement, params).scalars())
+            return sorted(int(seq) for (seq,) in statement.execute(s, params))
         row = s.execute(self._statement(("moved", key, k), moved), params).first()
         if row is None:
             return []
@@ -774,14 +779,12 @@ class RunRepository:
         k, m = len(events), len(calls)
         if self.engine.dialect.name != "postgresql":
             return bool(self._with_events(s, key, build, params, events, calls=calls))
-        statement = self._statement(
+        statement = self._driver(
             ("quiet", key, k, m),  # no rows back: a shape of its own
-            lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m).execution_options(
-                preserve_rowcount=True  # an INSERT's count is kept only when asked for
-            ),
+            lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m),
         )
         params |= _event_params(events, self._now()) | _call_params(calls)
-        return int(s.execute(statement, params).rowcount) == k
+        return statement.execute(s, params).rowcount == k
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)

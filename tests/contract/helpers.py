@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from pydantic import JsonValue
 
@@ -37,3 +41,24 @@ def waiting_run(repo: RunRepository, owner: str = "w1") -> tuple[Run, SuspendedR
 
 APPROVE: dict[str, JsonValue] = {"decision": "approve"}
 DENY: dict[str, JsonValue] = {"decision": "deny", "reason": "no"}
+
+
+TABLES = ("agent_runs", "run_events", "tool_calls", "decisions")
+
+
+@contextmanager
+def sent_to_postgres(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement on Airlock's tables that psycopg sends while the block runs, with
+    its parameters: those SQLAlchemy executes and those the repository sends through the
+    driver alike (not a new connection's set-up)."""
+    sent: list[tuple[str, Any]] = []
+    execute = psycopg.Cursor.execute
+
+    def recording(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        if any(table in str(query) for table in TABLES):
+            sent.append((str(query), params))
+        return execute(cursor, query, params, **kw)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", recording)
+        yield sent

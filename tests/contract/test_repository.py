@@ -5,19 +5,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
+import psycopg
 import pytest
 from cryptography.fernet import Fernet
 from pydantic import JsonValue
-from sqlalchemy import Engine, event, text
-from sqlalchemy.exc import OperationalError, StatementError
+from sqlalchemy import Engine, bindparam, text, update
+from sqlalchemy.exc import IntegrityError, OperationalError, StatementError
 
 from loop import StateError, Usage
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.domain import CallRecord, CallStatus, RunStatus
+from persistence.driver import DriverStatement
 from persistence.repository import (
+    RUNS,
     BadCursorError,
     Event,
     LeaseLostError,
@@ -25,7 +27,14 @@ from persistence.repository import (
     UnknownRunError,
 )
 from tests.conftest import FakeClock
-from tests.contract.helpers import APPROVE, DENY, LEASE, suspended_state, waiting_run
+from tests.contract.helpers import (
+    APPROVE,
+    DENY,
+    LEASE,
+    sent_to_postgres,
+    suspended_state,
+    waiting_run,
+)
 
 
 @pytest.fixture
@@ -495,23 +504,16 @@ def pg_repo(postgres_url: str) -> Iterator[RunRepository]:
 
 
 def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
-    pg_repo: RunRepository,
+    pg_repo: RunRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not by scanning the partial index of queued runs (PostgreSQL chose that plan on a
     table it had no statistics of, and each claim then read every queued run's entry)."""
     repo = pg_repo
     runs = [repo.create("mailer", "x")[0] for _ in range(300)]
-    issued: list[tuple[str, Any]] = []
-    hot = repo._leases  # the claim's own engine
-    assert hot is not None
-
-    def capture(*args: Any) -> None:
-        issued.append((args[2], args[3]))
-
-    event.listen(hot, "before_cursor_execute", capture)
-    assert repo.claim(runs[150].id, "w1", LEASE) is not None
-    ((statement, params),) = issued
-    with hot.connect() as conn:
+    with sent_to_postgres(monkeypatch) as sent:
+        assert repo.claim(runs[150].id, "w1", LEASE) is not None
+    ((statement, params),) = sent
+    with repo.engine.connect() as conn:
         driver = conn.connection.driver_connection
         assert driver is not None
         plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
@@ -536,6 +538,54 @@ def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunRepo
         repo.get(run.id)
     assert repo.get(run.id) is not None  # the next statement has a fresh connection
     assert backend() != first
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "pooled"])
+def test_a_claim_sent_through_the_driver_fails_as_sqlalchemy_and_drops_its_connection(
+    pg_repo: RunRepository, held: bool
+) -> None:
+    """The claim skips SQLAlchemy's execution path; a connection the server dropped must
+    still raise SQLAlchemy's OperationalError (the worker retries on it) and never be
+    used again, whether the thread holds it or the pool would hand it out next."""
+    repo, engine = pg_repo, pg_repo.engine
+    if held:
+        repo.hold_connections()
+    first, second = repo.create("mailer", "x")[0], repo.create("mailer", "y")[0]
+    assert repo.claim(first.id, "w1", LEASE) is not None
+
+    def backend() -> int:
+        with repo._one(repo._leases) as conn:  # the claim's connection
+            return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    dropped = backend()
+    with engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped})
+        admin.commit()
+    with pytest.raises(OperationalError) as failed:
+        repo.claim(second.id, "w1", LEASE)
+    assert isinstance(failed.value.orig, psycopg.OperationalError)
+    assert repo.require(second.id).status is RunStatus.QUEUED
+    assert repo.claim(second.id, "w1", LEASE) is not None  # on a fresh connection
+    assert backend() != dropped
+
+
+def test_a_driver_statement_raises_sqlalchemy_errors_of_the_same_kind(
+    pg_repo: RunRepository,
+) -> None:
+    pg_repo.create("mailer", "x", idempotency_key="taken")
+    run, _ = pg_repo.create("mailer", "y")
+    take = DriverStatement(
+        update(RUNS).where(RUNS.c.id == bindparam("rid")).values(idempotency_key="taken"),
+        pg_repo.engine.dialect,
+    )
+    with pg_repo.engine.connect() as conn:
+        with pytest.raises(IntegrityError) as failed:
+            take.execute(conn, {"rid": uuid.UUID(run.id)})
+        assert isinstance(failed.value.orig, psycopg.errors.UniqueViolation)
+        assert "uq_agent_runs_idempotency_key" in str(failed.value)
+        conn.rollback()
+        assert not conn.invalidated  # a refused statement leaves the connection usable
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1
 
 
 def test_events_for_a_lease_are_written_only_while_it_is_held(repo: RunRepository) -> None:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
 from loop import (
@@ -29,6 +29,7 @@ from loop.tools import ToolSchema
 from persistence.domain import CallStatus, RunStatus
 from persistence.repository import RunRepository
 from tests.conftest import FakeClock
+from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
 from workers.decisions import DecisionBody
 from workers.ledger import LedgerExecutor
@@ -285,31 +286,19 @@ def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_w
     ]
 
 
-def test_a_quick_segment_writes_its_events_with_its_transition(engine: Engine) -> None:
+def test_a_quick_segment_writes_its_events_with_its_transition(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A segment that ends before its events are due writes them once, with its end."""
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")
-    statements: list[str] = []
-    listen = service.repo.engine.dialect.name == "postgresql"
-    targets = [service.repo.engine]
-    if service.repo._autocommit and service.repo._leases:
-        targets += [service.repo._autocommit, service.repo._leases]
-    for target in targets:
-        event.listen(target, "before_cursor_execute", _count(statements))
-    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
-    written = [s.split()[0] for s in statements]
+    with sent_to_postgres(monkeypatch) as sent:
+        assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
     kinds = [e.kind for e in service.repo.events(run.id)]
     assert kinds == ["request", "llm", "tool", "llm", "suspended"]
     assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]
-    if listen:  # on PostgreSQL: the claim, and the suspension with its events and read
-        assert written == ["UPDATE", "WITH"]
-
-
-def _count(into: list[str]) -> Any:
-    def listener(*args: Any) -> None:
-        into.append(args[2])
-
-    return listener
+    if engine.dialect.name == "postgresql":  # the claim, the suspension with its events and read
+        assert [statement.split()[0] for statement, _ in sent] == ["UPDATE", "WITH"]
 
 
 def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:

@@ -1,0 +1,72 @@
+"""A segment's hot statements, compiled once and sent straight through psycopg.
+
+A quick segment is two statements (its claim and its end) on a local PostgreSQL,
+where SQLAlchemy's work per execution (the compiled-cache lookup, parameter
+processing, the execution context, the result's set-up) costs about as much as the
+server's. A ``DriverStatement`` does that work once: it compiles a Core statement for
+the psycopg dialect, keeps the parameters whose values are fixed in the statement and
+the types' bind processors, and from then on hands the SQL and the parameters to the
+psycopg connection under the SQLAlchemy ``Connection`` it is given.
+
+It behaves as if SQLAlchemy had sent the statement where it matters: a driver error is
+raised as SQLAlchemy's exception of the same kind (``OperationalError``,
+``IntegrityError``…, the driver's as its ``orig``), and a connection that the error
+left unusable is invalidated, so the pool never hands it out again. Engine events
+(``before_cursor_execute``…) are not fired for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import psycopg
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+
+class DriverStatement:
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        if dialect.driver != "psycopg":
+            raise ValueError(f"a DriverStatement needs psycopg, not {dialect.driver}")
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+        self.sql = compiled.string
+        self._dialect = dialect
+        self._fixed: dict[str, Any] = {}
+        self._processors: dict[str, Callable[[Any], Any]] = {}
+        for bind, name in compiled.bind_names.items():
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if not bind.required:  # a value written into the statement: processed once
+                value = bind.effective_value
+                self._fixed[name] = process(value) if process else value
+            elif process:
+                self._processors[name] = process
+
+    def execute(self, conn: Connection, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+        """Run on ``conn``'s driver connection. On an autocommit connection the
+        statement commits on its own; on another, in ``conn``'s transaction, which it
+        begins as SQLAlchemy would (else its commit and rollback would not reach the
+        transaction the driver began)."""
+        values = self._fixed | dict(params)
+        for name, process in self._processors.items():
+            values[name] = process(values[name])
+        pooled = conn.connection
+        driver = cast(psycopg.Connection[Any], pooled.driver_connection)
+        if not driver.autocommit and not conn.in_transaction():
+            conn.begin()
+        try:
+            return driver.execute(self.sql, values)
+        except psycopg.Error as exc:
+            invalidated = self._dialect.is_disconnect(cast(Any, exc), pooled, None)
+            if invalidated:
+                conn.invalidate(exc)
+            raise DBAPIError.instance(
+                self.sql,
+                values,
+                exc,
+                psycopg.Error,
+                connection_invalidated=invalidated,
+                dialect=self._dialect,
+            ) from exc
