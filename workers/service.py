@@ -235,7 +235,7 @@ class Service:
         events, calls = pending
         if not self.repo.suspend(run.id, owner, state, expires, events=events, calls=calls):
             return self._lease_lost(run, owner)
-        log.info("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
+        log.debug("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
         self.notify("run.waiting_for_approval", run.id)
         return SegmentResult(Outcome.SUSPENDED)
 
@@ -255,7 +255,7 @@ class Service:
         )
         if not finished:
             return self._lease_lost(run, owner)
-        log.info("completed", extra={"action": "segment.completed", "run_id": run.id})
+        log.debug("completed", extra={"action": "segment.completed", "run_id": run.id})
         self.notify("run.completed", run.id)
         return SegmentResult(Outcome.COMPLETED)
 
