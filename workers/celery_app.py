@@ -129,9 +129,7 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
     try:
         outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
         metrics.observe_segment(outcome, time.perf_counter() - started)
-        # Celery logs it at INFO ("Task … succeeded in …s: 'completed run …'"): the
-        # one line per segment that names its run and how it ended
-        return f"{outcome} run {run_id}"
+        return outcome  # Celery logs it at INFO: "Task …[id] succeeded in …s: 'completed'"
     except Exception as exc:
         if not is_database_error(exc):
             raise

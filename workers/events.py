@@ -17,6 +17,7 @@ again.
 from __future__ import annotations
 
 import threading
+import time
 from typing import NamedTuple
 
 from loop import LoopEvent, Usage, event_payload
@@ -46,6 +47,8 @@ class RunEventSink:
         self._pending: list[Event] = []
         self._calls: list[CallRecord] = []
         self._counters: tuple[int, Usage] | None = None
+        self._since = 0.0
+        """When the oldest pending event was emitted (``time.monotonic``)."""
         self._lock = threading.Lock()
 
     def emit(self, event: LoopEvent) -> None:
@@ -61,6 +64,8 @@ class RunEventSink:
             if isinstance(event, ModelCalled):
                 self.usage = self.usage + event.usage
                 self._counters = (event.iteration, self.usage)  # raised on the row with it
+            if not self._pending:
+                self._since = time.monotonic()
             self._pending.append((kind, payload))
 
     def record(self, call: CallRecord) -> None:
@@ -68,12 +73,12 @@ class RunEventSink:
         with self._lock:
             self._calls.append(call)
 
-    def flush(self) -> None:
-        """Write what is pending: the run is about to act on the outside world, or it
-        has waited long enough. What could not be written stays pending; if the run's
-        lease was taken over, ``LeaseLostError``."""
+    def flush(self, waited: float = 0.0) -> None:
+        """Write what is pending: the run is about to act on the outside world, or
+        (``waited``) its oldest event has waited that many seconds. What could not be
+        written stays pending; if the run's lease was taken over, ``LeaseLostError``."""
         with self._lock:
-            if self._pending:
+            if self._pending and time.monotonic() - self._since >= waited:
                 self._repo.append_events(
                     self._run_id,
                     self._pending,

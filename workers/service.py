@@ -442,7 +442,9 @@ class _Keeper:
     def __init__(self, repo: RunRepository, lease: timedelta, delay: float) -> None:
         self._repo = repo
         self._lease = lease
-        self._tick = min(delay, lease.total_seconds() / 3)
+        # every half delay, the events that have waited half of it: none waits longer
+        # than ``delay``, and a quick segment's events wait for its end
+        self._tick = self._due = min(delay, lease.total_seconds() / 3) / 2
         self._held: dict[str, tuple[str, RunEventSink]] = {}
         self._lock = threading.Lock()
         self._busy = threading.Lock()
@@ -484,7 +486,7 @@ class _Keeper:
 
     def _flush(self, run_id: str, sink: RunEventSink) -> None:
         try:
-            sink.flush()
+            sink.flush(waited=self._due)
         except LeaseLostError:  # the segment finds out at its next write, and stops
             log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
         except Exception:  # they stay pending: the segment's next write takes them

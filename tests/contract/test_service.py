@@ -24,7 +24,8 @@ from loop import (
     ToolOutcome,
     tool,
 )
-from loop.messages import Message
+from loop.events import ModelCalled
+from loop.messages import Message, Usage
 from loop.tools import ToolSchema
 from persistence.domain import CallStatus, RunStatus
 from persistence.repository import RunRepository
@@ -32,6 +33,7 @@ from tests.conftest import FakeClock
 from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
 from workers.decisions import DecisionBody
+from workers.events import Pending, RunEventSink
 from workers.ledger import LedgerExecutor
 from workers.registry import Registry
 from workers.service import Limits, Outcome, Service
@@ -299,6 +301,23 @@ def test_a_quick_segment_writes_its_events_with_its_transition(
     assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]
     if engine.dialect.name == "postgresql":  # the claim, the suspension with its events and read
         assert [statement.split()[0] for statement, _ in sent] == ["UPDATE", "WITH"]
+
+
+def test_the_keeper_writes_only_events_that_have_waited(engine: Engine) -> None:
+    """Events younger than the keeper's due time stay with the segment (a quick one
+    writes them with its end); once they have waited, they are written."""
+    repo = RunRepository(engine)
+    run, _ = repo.create("w1", "x", first_event=("request", {}))
+    assert repo.claim(run.id, "w", timedelta(seconds=30)) is not None
+    sink = RunEventSink(repo, run.id, "w")
+    sink.emit(ModelCalled(run.id, 1, Usage(3, 1), "thinking", ()))
+    sink.flush(waited=60.0)
+    assert [e.kind for e in repo.events(run.id)] == ["request"]
+    time.sleep(0.02)
+    sink.flush(waited=0.01)
+    assert [e.kind for e in repo.events(run.id)] == ["request", "llm"]
+    assert repo.require(run.id).usage == Usage(3, 1)  # the counters with it
+    assert sink.take() == Pending([], [])
 
 
 def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:
