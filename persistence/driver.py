@@ -1,18 +1,20 @@
-"""A segment's hot statements, compiled once and sent straight through psycopg.
+"""The hot statements, compiled once and sent straight through psycopg.
 
-A quick segment is two statements (its claim and its end) on a local PostgreSQL,
-where SQLAlchemy's work per execution (the compiled-cache lookup, parameter
-processing, the execution context, the result's set-up) costs about as much as the
-server's. A ``DriverStatement`` does that work once: it compiles a Core statement for
-the psycopg dialect, keeps the parameters whose values are fixed in the statement and
-the types' bind processors, and from then on hands the SQL and the parameters to the
-psycopg connection under the SQLAlchemy ``Connection`` it is given.
+A quick segment is two statements (its claim and its end), and an approval one, on
+a local PostgreSQL, where SQLAlchemy's work per execution (the compiled-cache
+lookup, parameter processing, the execution context, the result's set-up) costs
+about as much as the server's. A ``DriverStatement`` does that work once: it
+compiles a Core statement for the psycopg dialect, keeps the parameters whose values
+are fixed in the statement and the types' bind processors, and from then on hands
+the SQL and the parameters to the psycopg connection under the SQLAlchemy
+``Connection`` it is given (psycopg prepares it on the server after a few runs, as
+it does SQLAlchemy's).
 
-It behaves as if SQLAlchemy had sent the statement where it matters: a driver error is
-raised as SQLAlchemy's exception of the same kind (``OperationalError``,
+It behaves as if SQLAlchemy had sent the statement where it matters: a driver error
+is raised as SQLAlchemy's exception of the same kind (``OperationalError``,
 ``IntegrityError``…, the driver's as its ``orig``), and a connection that the error
 left unusable is invalidated, so the pool never hands it out again. Engine events
-(``before_cursor_execute``…) are not fired for it.
+(``before_cursor_execute``…) and the engine's ``echo`` do not see it.
 """
 
 from __future__ import annotations

@@ -835,9 +835,9 @@ class RunRepository:
             with self._one() as s:
                 if self.engine.dialect.name == "postgresql":
                     k = len(events)
-                    statement = self._statement(("decide", k), lambda: _decide_statement(k))
+                    statement = self._driver(("decide", k), lambda: _decide_statement(k))
                     params |= _event_params(events, now) if events else {}
-                    won = int(s.execute(statement, params).rowcount) > 0
+                    won = statement.execute(s, params).rowcount > 0
                 elif events:
                     won = bool(self._with_events(s, "decide", _waiting_to_queued, params, events))
                 else:
@@ -1188,19 +1188,18 @@ def _call_params(calls: Sequence[CallRecord]) -> dict[str, Any]:
 _DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")
 
 
-def _decide_statement(k: int) -> Any:
+def _decide_statement(k: int) -> Insert:
     """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
     ``k`` events' INSERT, in one round trip; a second decision for the turn violates
-    the unique key and rolls all of it back."""
+    the unique key and rolls all of it back. Its row count tells whether it won."""
     cte = _reserving(_waiting_to_queued, k).cte("moved")
     columns = [c for c in _DECISION_COLUMNS if c != "run_id"]
     source = select(cte.c.id, *(bindparam(f"d_{c}", type_=DECISIONS.c[c].type) for c in columns))
     decided = insert(DECISIONS).from_select(["run_id", *columns], source)
     if not k:
-        return decided.execution_options(preserve_rowcount=True)
+        return decided
     both = decided.returning(DECISIONS.c.run_id).cte("decided")
-    statement = _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
-    return statement.execution_options(preserve_rowcount=True)
+    return _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
 
 
 def _waiting_to_queued() -> Update:
