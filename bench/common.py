@@ -7,8 +7,9 @@ import os
 import platform
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,3 +58,58 @@ def record(benchmark: str, command: str, results: object, **details: object) -> 
     }
     with (RESULTS / f"{benchmark}.jsonl").open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    group: int
+    """Its process group: a worker the harness started leads one with its pool."""
+    command: str
+    cpu: float
+    """User + system seconds it has run so far."""
+
+
+def processes() -> list[Proc]:
+    """Every process this user can see, from /proc (Linux); none elsewhere."""
+    out = []
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                command = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        out.append(Proc(int(entry), int(fields[2]), command, cpu))
+    return out
+
+
+class CpuMeter:
+    """Where a measure's CPU time went: user + system seconds per named group of
+    processes (``groups`` tells each process's group, or None), between ``start``
+    and ``stop``. Processes that end in between are not counted."""
+
+    def __init__(self, groups: Mapping[str, Callable[[Proc], bool]]) -> None:
+        self._groups = groups
+        self._since: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        totals = dict.fromkeys(self._groups, 0.0)
+        for proc in processes():
+            for name, member in self._groups.items():
+                if member(proc):
+                    totals[name] += proc.cpu
+                    break
+        return totals
+
+    def start(self) -> None:
+        self._since = self._now()
+
+    def stop(self) -> dict[str, float]:
+        now = self._now()
+        return {name: now[name] - self._since.get(name, 0.0) for name in now}

@@ -18,32 +18,65 @@ After a warm-up of N/10 of each, every measure runs in 5 alternating rounds. Eac
 ratio is the median of the rounds' ratios (each round's measure against the floor
 measured just before it: the host's slow and fast phases cancel out); the ratio of
 the medians is recorded too. Prints ratios and appends results, with the command,
-to bench/results/segment.jsonl.
+to bench/results/segment.jsonl, with where each measure's CPU time went (``cpu_ms``:
+per hop or segment, by process, read from /proc).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 from sqlalchemy import text
 
-from bench.common import REDIS, progress, record, temporary_database
+from bench.common import REDIS, CpuMeter, Proc, progress, record, temporary_database
 from persistence.domain import RunStatus
 from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
 from workers.decisions import DecisionBody
 
 
-def timed(fn: Callable[[], None]) -> float:
+class Timing(NamedTuple):
+    seconds: float
+    """Per hop or segment."""
+    cpu: dict[str, float]
+    """CPU seconds per hop or segment, by process group."""
+
+
+def timed(stack: Stack, fn: Callable[[], None], n: int) -> Timing:
+    meter = cpu_meter(stack)
+    meter.start()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return Timing(seconds / n, {name: cpu / n for name, cpu in meter.stop().items()})
+
+
+def cpu_meter(stack: Stack) -> CpuMeter:
+    """Each worker with its pool (the harness starts each in a process group of its
+    own), the PostgreSQL and Redis servers, and this process (the producer)."""
+    pid = {p.name: p.proc.pid for p in stack.processes if p.proc is not None}
+    floor, airlock = pid["floor"], pid["w1"]
+
+    def command(*names: str) -> Callable[[Proc], bool]:
+        return lambda p: p.command.split(" ", 1)[0].rsplit("/", 1)[-1].startswith(names)
+
+    return CpuMeter(
+        {
+            "floor worker": lambda p: p.group == floor,
+            "airlock worker": lambda p: p.group == airlock,
+            "postgres": command("postgres"),
+            "redis": command("redis-server"),
+            "producer": lambda p: p.pid == os.getpid(),
+        }
+    )
 
 
 ROUNDS = 5
@@ -74,10 +107,13 @@ def main() -> None:
             for measure in MEASURES.values():
                 measure(stack, n // 10)
             rounds: dict[str, list[float]] = {name: [] for name in MEASURES}
+            cpu: dict[str, list[dict[str, float]]] = {name: [] for name in MEASURES}
             for r in range(ROUNDS):
                 for name, measure in MEASURES.items():
                     progress(f"round {r + 1}/{ROUNDS}: {n} of {name}…")
-                    rounds[name].append(measure(stack, n))
+                    timing = measure(stack, n)
+                    rounds[name].append(timing.seconds)
+                    cpu[name].append(timing.cpu)
             latencies = measure_latency(stack, m)
         finally:
             stack.close()
@@ -104,6 +140,15 @@ def main() -> None:
         "approve_to_completed_p50_ms": round(statistics.median(latencies) * 1000, 1),
         "approve_to_completed_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
         "rounds_ms": {k: [round(t * 1000, 3) for t in v] for k, v in rounds.items()},
+        # where the time went: CPU ms per hop or segment by process (median of the
+        # rounds); all share the machine's cores, so a hop costs their sum
+        "cpu_ms": {
+            name: {
+                group: round(statistics.median(r[group] for r in cpu[name]) * 1000, 3)
+                for group in cpu[name][0]
+            }
+            for name in MEASURES
+        },
     }
     for key, value in result.items():
         print(f"{key:>30}: {value}")
@@ -126,7 +171,7 @@ def floor_queue() -> str:
     return QUEUE
 
 
-def measure_floor(stack: Stack, n: int) -> float:
+def measure_floor(stack: Stack, n: int) -> Timing:
     """N task hops, one INSERT+COMMIT each, published back to back, until all committed."""
     engine = stack.service.repo.engine
     queue = floor_queue()
@@ -145,10 +190,10 @@ def measure_floor(stack: Stack, n: int) -> float:
             stack.celery.send_task("bench.floor.v1", (i,), queue=queue)
         wait_for("the floor tasks", lambda: rows_after(mark) >= n, timeout=600, interval=0.01)
 
-    return timed(hops) / n
+    return timed(stack, hops, n)
 
 
-def measure_segments(stack: Stack, n: int, agent: str) -> float:
+def measure_segments(stack: Stack, n: int, agent: str) -> Timing:
     """N one-segment runs, created beforehand, woken back to back, until all completed."""
     repo = stack.service.repo
     ids = [repo.create(agent, "go", first_event=("request", {}))[0].id for _ in range(n)]
@@ -160,14 +205,14 @@ def measure_segments(stack: Stack, n: int, agent: str) -> float:
     return _until_completed(stack, n, wake)
 
 
-def measure_runs(stack: Stack, n: int) -> float:
+def measure_runs(stack: Stack, n: int) -> Timing:
     """N one-segment runs created (insert + request event + publish) and run."""
     return _until_completed(
         stack, n, lambda: [stack.service.start_run("instant", "go") for _ in range(n)]
     )
 
 
-def _until_completed(stack: Stack, n: int, start: Callable[[], object]) -> float:
+def _until_completed(stack: Stack, n: int, start: Callable[[], object]) -> Timing:
     engine = stack.service.repo.engine
     since = datetime.now(UTC)
 
@@ -187,10 +232,10 @@ def _until_completed(stack: Stack, n: int, start: Callable[[], object]) -> float
         start()
         wait_for("the runs", done, timeout=600, interval=0.01)
 
-    return timed(go) / n
+    return timed(stack, go, n)
 
 
-MEASURES: dict[str, Callable[[Stack, int], float]] = {
+MEASURES: dict[str, Callable[[Stack, int], Timing]] = {
     "floor": measure_floor,
     "instant": lambda stack, n: measure_segments(stack, n, "instant"),
     "noop_tool": lambda stack, n: measure_segments(stack, n, "noop_tool"),
