@@ -235,16 +235,14 @@ class RunRepository:
             s.execute(insert(RUNS).values(values))
             return
         kind, payload = first_event
-        event = {"seq": 1, "kind": kind, "payload": payload, "created_at": values["created_at"]}
-        if self.engine.dialect.name == "postgresql":
-            # one statement: the run row feeds its first event
-            inserted = insert(RUNS).values(values).returning(RUNS.c.id).cte("inserted")
-            source = select(
-                inserted.c.id, *(literal(v, EVENTS.c[k].type) for k, v in event.items())
-            )
-            s.execute(insert(EVENTS).from_select(["run_id", *event], source))
+        if self.engine.dialect.name == "postgresql":  # one statement
+            columns = tuple(values)
+            statement = self._driver(("create", columns), lambda: _create_statement(columns))
+            params = {f"r_{c}": v for c, v in values.items()}
+            statement.execute(s, params | {"e_kind": kind, "e_payload": payload})
         else:
             s.execute(insert(RUNS).values(values))
+            event = {"seq": 1, "kind": kind, "payload": payload, "created_at": values["created_at"]}
             s.execute(insert(EVENTS).values(run_id=values["id"], **event))
 
     def _by_idempotency_key(self, key: str) -> Run | None:
@@ -1183,6 +1181,21 @@ def _call_params(calls: Sequence[CallRecord]) -> dict[str, Any]:
     for j, call in enumerate(calls):
         params |= {f"c{j}_{c}": v for c, v in _call_row(call).items()}
     return params
+
+
+def _create_statement(columns: Sequence[str]) -> Insert:
+    """PostgreSQL: the run's row (``columns``, bound as ``r_<column>``) feeds its first
+    event (``e_kind``, ``e_payload``; seq 1, at the run's creation), in one statement."""
+    row = {c: bindparam(f"r_{c}", type_=RUNS.c[c].type) for c in columns}
+    inserted = insert(RUNS).values(row).returning(RUNS.c.id).cte("inserted")
+    source = select(
+        inserted.c.id,
+        literal(1, EVENTS.c.seq.type),
+        bindparam("e_kind", type_=EVENTS.c.kind.type),
+        bindparam("e_payload", type_=EVENTS.c.payload.type),
+        bindparam("r_created_at", type_=EVENTS.c.created_at.type),
+    )
+    return insert(EVENTS).from_select(["run_id", "seq", "kind", "payload", "created_at"], source)
 
 
 _DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")

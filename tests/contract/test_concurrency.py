@@ -54,6 +54,26 @@ def test_twenty_concurrent_claims_one_winner(repo: RunRepository) -> None:
     assert final.attempts == 1 and final.version == run.version + 1
 
 
+def test_twenty_concurrent_creates_with_one_idempotency_key_make_one_run(
+    repo: RunRepository,
+) -> None:
+    """Those that miss the first run when they look lose the insert on the unique key,
+    and answer with the run that won."""
+
+    def create(i: int) -> tuple[str, bool]:
+        run, created = repo.create(
+            "mailer", f"x{i}", idempotency_key="once", first_event=("request", {})
+        )
+        return run.id, created
+
+    results = all_at_once(WORKERS, create)
+    assert sum(created for _, created in results) == 1
+    assert len({run_id for run_id, _ in results}) == 1
+    (run_id,) = {run_id for run_id, _ in results}
+    assert [e.kind for e in repo.events(run_id)] == ["request"]
+    assert repo.count_by_status()[RunStatus.QUEUED] == 1
+
+
 def test_twenty_concurrent_decisions_one_transition(repo: RunRepository) -> None:
     run, state = waiting_run(repo)
 
