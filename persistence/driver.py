@@ -13,7 +13,8 @@ it does SQLAlchemy's).
 It behaves as if SQLAlchemy had sent the statement where it matters: a driver error
 is raised as SQLAlchemy's exception of the same kind (``OperationalError``,
 ``IntegrityError``…, the driver's as its ``orig``), and a connection that the error
-left unusable is invalidated, so the pool never hands it out again. Engine events
+left unusable is invalidated, so the pool never hands it out again, nor the ones idle
+beside it (the server dropped them too, as in a restart). Engine events
 (``before_cursor_execute``…) and the engine's ``echo`` do not see it.
 """
 
@@ -64,6 +65,10 @@ class DriverStatement:
             invalidated = self._dialect.is_disconnect(cast(Any, exc), pooled, None)
             if invalidated:
                 conn.invalidate(exc)
+                # the server went away: the pool's idle connections are as dead as
+                # this one, and are closed, not handed out (SQLAlchemy invalidates
+                # the pool on a disconnect too)
+                conn.engine.pool.dispose()
             raise DBAPIError.instance(
                 self.sql,
                 values,
