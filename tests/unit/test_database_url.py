@@ -1,0 +1,36 @@
+"""Which database URLs Airlock accepts, and what it makes of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from persistence.db import ConfigurationError, normalise_url
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("postgresql://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgres://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgresql+psycopg2://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgresql+psycopg://u:p@h:5433/db", "postgresql+psycopg://u:p@h:5433/db"),
+        ("sqlite:///./airlock.db", "sqlite:///./airlock.db"),
+    ],
+)
+def test_postgresql_always_goes_through_psycopg(given: str, used: str) -> None:
+    assert normalise_url(given) == used
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ("mysql://u@h/db", "postgresql:// or sqlite://"),
+        ("postgresql+pg8000://u@h/db", "'pg8000'"),
+        ("postgresql+asyncpg://u@h/db", "'asyncpg'"),
+        ("not a url", "is not a database URL"),
+    ],
+)
+def test_other_urls_are_refused_naming_the_variable(given: str, named: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        normalise_url(given)
+    assert "AIRLOCK_DATABASE_URL" in str(refused.value) and named in str(refused.value)
