@@ -91,8 +91,9 @@ def processes() -> list[Proc]:
 
 class CpuMeter:
     """Where a measure's CPU time went: user + system seconds per named group of
-    processes (``groups`` tells each process's group, or None), between ``start``
-    and ``stop``. Processes that end in between are not counted."""
+    processes (``groups``: a name and a test of membership each; a process counts in
+    the first group it belongs to), between ``start`` and ``stop``. Processes that
+    end in between are not counted."""
 
     def __init__(self, groups: Mapping[str, Callable[[Proc], bool]]) -> None:
         self._groups = groups
