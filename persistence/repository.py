@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
+import psycopg
 from pydantic import JsonValue
 from sqlalchemy import (
     ColumnElement,
@@ -303,8 +304,14 @@ class RunRepository:
 
         params: dict[str, Any] = {"rid": rid, "now": self._now(), "owner": owner}
         params |= {"digest": turn_digest} | {f"v_{c}": values[c] for c in columns}
+        if events and self.engine.dialect.name == "postgresql":
+            # a transition needs only to know whether it happened: no rows back
+            sent = self._send_with_events(
+                session, key, build, params, events, calls=calls, numbers=False
+            )
+            return sent.rowcount == len(events)
         if events:
-            return self._moved_with_events(session, key, build, params, events, calls=calls)
+            return bool(self._with_events(session, key, build, params, events, calls=calls))
         if calls:
             raise ValueError("calls are recorded with the events that tell of them")
         return int(session.execute(self._statement(key, build), params).rowcount) == 1
@@ -734,18 +741,12 @@ class RunRepository:
         if m and not k:
             raise ValueError("calls are recorded with the events that tell of them")
 
-        def moved() -> ReturningUpdate[Any, Any]:
-            return _reserving(build, k)
-
-        now = self._now()
         if self.engine.dialect.name == "postgresql":
-            statement = self._driver(
-                ("events", key, k, m),
-                lambda: _insert_events(moved().cte("moved"), k, calls=m).returning(EVENTS.c.seq),
-            )
-            params |= _event_params(events, now) | _call_params(calls)
-            return sorted(int(seq) for (seq,) in statement.execute(s, params))
-        row = s.execute(self._statement(("moved", key, k), moved), params).first()
+            sent = self._send_with_events(s, key, build, params, events, calls=calls, numbers=True)
+            return sorted(int(seq) for (seq,) in sent)
+        now = self._now()
+        moved = self._statement(("moved", key, k), lambda: _reserving(build, k))
+        row = s.execute(moved, params).first()
         if row is None:
             return []
         first = int(row.event_seq) - k + 1
@@ -762,7 +763,7 @@ class RunRepository:
             s.execute(record, [_call_row(call) | {"run_id": row.id} for call in calls])
         return list(range(first, first + k))
 
-    def _moved_with_events(
+    def _send_with_events(
         self,
         s: Connection,
         key: Hashable,
@@ -770,19 +771,19 @@ class RunRepository:
         params: dict[str, Any],
         events: Sequence[Event],
         *,
-        calls: Sequence[CallRecord] = (),
-    ) -> bool:
-        """``_with_events`` for a transition, which needs only to know whether it
-        happened: on PostgreSQL the statement returns no rows, only its count."""
+        calls: Sequence[CallRecord],
+        numbers: bool,
+    ) -> psycopg.Cursor[Any]:
+        """PostgreSQL: the one statement of ``_with_events``, returning the events'
+        numbers, or (``numbers`` False) no rows, only its count."""
         k, m = len(events), len(calls)
-        if self.engine.dialect.name != "postgresql":
-            return bool(self._with_events(s, key, build, params, events, calls=calls))
-        statement = self._driver(
-            ("quiet", key, k, m),  # no rows back: a shape of its own
-            lambda: _insert_events(_reserving(build, k).cte("moved"), k, calls=m),
-        )
+
+        def statement() -> Insert:
+            inserted = _insert_events(_reserving(build, k).cte("moved"), k, calls=m)
+            return inserted.returning(EVENTS.c.seq) if numbers else inserted
+
         params |= _event_params(events, self._now()) | _call_params(calls)
-        return statement.execute(s, params).rowcount == k
+        return self._driver(("events", key, k, m, numbers), statement).execute(s, params)
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)
@@ -1109,6 +1110,9 @@ def _reserving(build: Callable[[], Update], k: int) -> ReturningUpdate[Any, Any]
     return bumped.returning(RUNS.c.id, RUNS.c.event_seq)
 
 
+_EVENT_COLUMNS = ["run_id", "seq", "kind", "payload", "created_at"]
+
+
 def _insert_events(
     moved: CTE, k: int, source: FromClause | None = None, *, calls: int = 0
 ) -> Insert:
@@ -1126,10 +1130,7 @@ def _insert_events(
         ).select_from(source if source is not None else moved)
         for i in range(k)
     ]
-    statement = insert(EVENTS).from_select(
-        ["run_id", "seq", "kind", "payload", "created_at"],
-        rows[0] if k == 1 else union_all(*rows),
-    )
+    statement = insert(EVENTS).from_select(_EVENT_COLUMNS, rows[0] if k == 1 else union_all(*rows))
     if calls:
         statement = statement.add_cte(_record_calls(moved, calls))
     return statement
@@ -1195,7 +1196,7 @@ def _create_statement(columns: Sequence[str]) -> Insert:
         bindparam("e_payload", type_=EVENTS.c.payload.type),
         bindparam("r_created_at", type_=EVENTS.c.created_at.type),
     )
-    return insert(EVENTS).from_select(["run_id", "seq", "kind", "payload", "created_at"], source)
+    return insert(EVENTS).from_select(_EVENT_COLUMNS, source)
 
 
 _DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")

@@ -186,19 +186,19 @@ class Service:
         sink = RunEventSink(self.repo, run.id, owner)
         with self._keeper.hold(run_id, owner, sink):
             try:
-                try:
-                    return self._advance(run, owner, sink)
-                except LeaseLostError:
-                    raise
-                except Exception as exc:
-                    if is_database_error(exc):
-                        raise
-                    sink.flush()  # what the segment did before it failed, counters included
-                    if is_transient(exc) and run.attempts < self.limits.max_attempts:
-                        return self._retry_later(run, owner, exc)
-                    return self._fail(run, owner, _describe(exc, run))
+                return self._advance(run, owner, sink)
             except LeaseLostError:  # another worker owns the run now: stop, write nothing
                 return self._lease_lost(run, owner)
+            except Exception as exc:
+                if is_database_error(exc):
+                    raise
+                try:
+                    sink.flush()  # what the segment did before it failed, counters included
+                except LeaseLostError:
+                    return self._lease_lost(run, owner)
+                if is_transient(exc) and run.attempts < self.limits.max_attempts:
+                    return self._retry_later(run, owner, exc)
+                return self._fail(run, owner, _describe(exc, run))
 
     def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
         agent = self.registry.get(run.agent)
@@ -442,9 +442,9 @@ class _Keeper:
     def __init__(self, repo: RunRepository, lease: timedelta, delay: float) -> None:
         self._repo = repo
         self._lease = lease
-        # every half delay, the events that have waited half of it: none waits longer
+        # every half delay, the events that have waited that long: none waits longer
         # than ``delay``, and a quick segment's events wait for its end
-        self._tick = self._due = min(delay, lease.total_seconds() / 3) / 2
+        self._tick = min(delay, lease.total_seconds() / 3) / 2
         self._held: dict[str, tuple[str, RunEventSink]] = {}
         self._lock = threading.Lock()
         self._busy = threading.Lock()
@@ -486,7 +486,7 @@ class _Keeper:
 
     def _flush(self, run_id: str, sink: RunEventSink) -> None:
         try:
-            sink.flush(waited=self._due)
+            sink.flush(waited=self._tick)
         except LeaseLostError:  # the segment finds out at its next write, and stops
             log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
         except Exception:  # they stay pending: the segment's next write takes them

@@ -79,6 +79,22 @@ def keeping(repo: RunRepository, agent: Agent, delay: float = 0.05) -> Service:
     )
 
 
+class BeforeSecondCall:
+    """The script's model, which does ``act`` first when it is called the second time
+    (``act`` may raise: the call fails)."""
+
+    def __init__(self, script: Model, act: Callable[[], None]) -> None:
+        self._script = script
+        self._act = act
+        self._calls = 0
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        self._calls += 1
+        if self._calls == 2:
+            self._act()
+        return self._script.complete(transcript, tools)
+
+
 def peek_then_poke(model: Model, on_poke: Callable[[], None]) -> Agent:
     """An agent with a read (``peek``) and an idempotent write (``poke``, approved by
     its policy, calling ``on_poke`` when it runs)."""
@@ -386,19 +402,11 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
         ran.append("peek")
         return f"seen {len(ran)}"
 
-    class LosesTheDatabaseOnce:
-        calls = 0
+    def lose_the_database() -> None:
+        time.sleep(0.2)  # long enough for the segment's events to be written
+        raise OperationalError("SELECT 1", {}, ConnectionError("server closed"))
 
-        def complete(
-            self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
-        ) -> ModelResponse:
-            self.calls += 1
-            if self.calls == 2:
-                time.sleep(0.2)  # long enough for the segment's events to be written
-                raise OperationalError("SELECT 1", {}, ConnectionError("server closed"))
-            return script.complete(transcript, tools)
-
-    agent = Agent(name="reader", model=LosesTheDatabaseOnce(), tools=[peek])
+    agent = Agent(name="reader", model=BeforeSecondCall(script, lose_the_database), tools=[peek])
     service = keeping(RunRepository(engine), agent)
     run, _ = service.start_run("reader", "x")
     with pytest.raises(OperationalError):
@@ -426,20 +434,13 @@ def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> No
         ]
     )
 
-    class LosesTheLease:
-        calls = 0
+    def lose_the_lease() -> None:  # it expired and another worker reclaimed the run
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE agent_runs SET lease_owner = 'w2'"))
+        time.sleep(0.2)  # long enough for the keeper to try to write
 
-        def complete(
-            self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
-        ) -> ModelResponse:
-            self.calls += 1
-            if self.calls == 2:  # the lease expired and another worker reclaimed the run
-                with engine.begin() as conn:
-                    conn.execute(text("UPDATE agent_runs SET lease_owner = 'w2'"))
-                time.sleep(0.2)  # long enough for the keeper to try to write
-            return script.complete(transcript, tools)
-
-    service = keeping(repo, peek_then_poke(LosesTheLease(), lambda: sent.append("poke")))
+    model = BeforeSecondCall(script, lose_the_lease)
+    service = keeping(repo, peek_then_poke(model, lambda: sent.append("poke")))
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w1").outcome is Outcome.LEASE_LOST
     assert sent == []
