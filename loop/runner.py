@@ -395,11 +395,22 @@ def _resolve(
     decisions: Approve | Deny | Mapping[str, CallDecision],
 ) -> list[tuple[PendingCall, CallDecision, DecisionSource]]:
     if isinstance(decisions, Approve | Deny):
-        return [(call, decisions, "operator") for call in state.pending_calls]
+        whole: list[tuple[PendingCall, CallDecision, DecisionSource]] = []
+        for call in state.pending_calls:
+            if call.preset is not None and call.preset_source == "policy":
+                whole.append((call, call.preset, "policy"))
+            else:
+                whole.append((call, decisions, "operator"))
+        return whole
     known = {c.id for c in state.pending_calls}
     unknown = sorted(set(decisions) - known)
     if unknown:
         raise DecisionError(f"decisions name unknown call ids: {', '.join(unknown)}")
+    final = sorted(c.id for c in state.pending_calls if _by_policy(c) and c.id in decisions)
+    if final:
+        raise DecisionError(
+            f"calls decided by the approval policy cannot be decided again: {', '.join(final)}"
+        )
     resolved: list[tuple[PendingCall, CallDecision, DecisionSource]] = []
     undecided: list[str] = []
     for call in state.pending_calls:
@@ -414,6 +425,11 @@ def _resolve(
     if undecided:
         raise DecisionError(f"no decision for calls that need approval: {', '.join(undecided)}")
     return resolved
+
+
+def _by_policy(call: PendingCall) -> bool:
+    """A policy's verdict is final: no person's decision overrides it."""
+    return call.preset is not None and call.preset_source == "policy"
 
 
 def _check_edit(agent: Agent, call: PendingCall, decision: CallDecision) -> None:

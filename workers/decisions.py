@@ -50,7 +50,9 @@ def to_loop_decisions(
     if not body.calls:
         return whole
     decisions: dict[str, Approve | Deny | Edit] = {
-        call.id: whole for call in state.pending_calls if call.id not in body.calls
+        call.id: whole
+        for call in state.pending_calls
+        if call.id not in body.calls and call.preset_source != "policy"
     }
     for call_id, call in body.calls.items():
         decisions[call_id] = _one(call_id, call)

@@ -6,12 +6,28 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
+from loop import Approve, Deny, PendingCall
 from persistence.domain import Run, RunEvent
 from workers.service import Service
 
 
 def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def verdict(call: PendingCall) -> dict[str, JsonValue]:
+    """What the approval policy said of a call: ``asks`` (a person decides),
+    ``approved_by_policy`` or ``denied_by_policy`` (final, with the policy's reason), or
+    why no person is asked (``read_only``, ``unknown_tool``, ``invalid_arguments``)."""
+    match call.preset, call.preset_source:
+        case None, _:
+            return {"verdict": "asks", "policy_reason": None}
+        case Approve(), "policy":
+            return {"verdict": "approved_by_policy", "policy_reason": None}
+        case Deny(reason=reason), "policy":
+            return {"verdict": "denied_by_policy", "policy_reason": reason or None}
+        case _, source:
+            return {"verdict": source or "read_only", "policy_reason": None}
 
 
 def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
@@ -27,6 +43,7 @@ def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
                     "arguments": c.arguments,
                     "effect": c.effect,
                     "requires_approval": c.requires_approval,
+                    **verdict(c),
                 }
                 for c in state.pending_calls
             ],

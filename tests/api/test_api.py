@@ -93,6 +93,8 @@ def test_waiting_run_shows_what_is_to_be_approved(api: Api) -> None:
             "arguments": {"to": "a@example.com", "body": "hi", "seconds": 0.0},
             "effect": "write",
             "requires_approval": True,
+            "verdict": "asks",
+            "policy_reason": None,
         }
     ]
     assert (view["iterations"], view["usage"]) == (2, {"prompt_tokens": 30, "completion_tokens": 5})
