@@ -77,7 +77,8 @@ def state_of_size(run_id: str, size: int) -> SuspendedRunState:
         max_iterations=10,
         token_budget=None,
         trace=(),
-        turn_digest=turn_digest(pending),
+        turn_digest=turn_digest(run_id, 1, pending),
+        sequence=1,
     )
 
 

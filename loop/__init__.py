@@ -33,6 +33,7 @@ from loop.runner import (
     ToolInvocation,
     ToolLoop,
     ToolOutcome,
+    WriteAhead,
     check_decisions,
     run_directly,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "TraceEntry",
     "Usage",
     "UserMessage",
+    "WriteAhead",
     "check_decisions",
     "event_payload",
     "requires_approval",

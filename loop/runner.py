@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import NoReturn, assert_never
 
 from loop.agent import Agent
 from loop.decisions import Approve, Ask, Deny, Edit
@@ -78,6 +78,11 @@ ToolExecutor = Callable[[ToolInvocation], ToolOutcome]
 """The port every call runs through; ``workers/`` wraps it with the tool-call ledger."""
 
 
+WriteAhead = Callable[[SuspendedRunState], None]
+"""The port that durably checkpoints a turn before any of its calls acts: a redone
+segment resumes from that turn, with the same call ids, and the ledger answers."""
+
+
 def run_directly(invocation: ToolInvocation) -> ToolOutcome:
     return invocation.invoke()
 
@@ -94,6 +99,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     trace: list[TraceEntry] = field(default_factory=list)
     call_ids: set[str] = field(default_factory=set)
+    sequence: int = 0
+    """Checkpoints (suspensions and write-aheads) made so far in the run."""
 
     def budget_reached(self) -> bool:
         return self.token_budget is not None and self.usage.total_tokens >= self.token_budget
@@ -108,11 +115,13 @@ class ToolLoop:
         events: EventSink | Callable[[LoopEvent], object] | list[LoopEvent] | None = None,
         *,
         executor: ToolExecutor = run_directly,
+        write_ahead: WriteAhead | None = None,
         clock: Callable[[], float] = time.perf_counter,
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
         self._events = _as_sink(events)
         self._executor = executor
+        self._write_ahead = write_ahead
         self._clock = clock
         self._ids = ids
 
@@ -161,6 +170,7 @@ class ToolLoop:
                 if isinstance(m, AssistantMessage)
                 for c in m.tool_calls
             },
+            state.sequence or 0,
         )
         for call, decision, source in resolved:
             self._emit_decision(
@@ -194,11 +204,15 @@ class ToolLoop:
             if any(p.requires_approval for p in pending):
                 self._suspend(run, pending)
             digest = None  # only a policy's decision is told with the turn's digest
+            if self._write_ahead is not None and any(_acts(p) for p in pending):
+                state = self._checkpoint(run, pending)
+                self._write_ahead(state)
+                digest = state.turn_digest
             for p in pending:
                 assert p.preset is not None
                 source = _preset_source(p)
                 if source == "policy":
-                    digest = digest or turn_digest(pending)
+                    digest = digest or turn_digest(run.run_id, run.sequence, pending)
                     self._emit_decision(
                         run, digest=digest, call=p, decision=p.preset, source=source, approver=None
                     )
@@ -222,8 +236,18 @@ class ToolLoop:
         )
         return message
 
-    def _suspend(self, run: _Run, pending: tuple[PendingCall, ...]) -> None:
-        state = SuspendedRunState(
+    def _suspend(self, run: _Run, pending: tuple[PendingCall, ...]) -> NoReturn:
+        state = self._checkpoint(run, pending)
+        self._events.emit(
+            Suspended(run.run_id, state.turn_digest, pending, run.iterations, run.usage)
+        )
+        raise ApprovalRequired(state)
+
+    def _checkpoint(self, run: _Run, pending: tuple[PendingCall, ...]) -> SuspendedRunState:
+        """The run as of its latest turn, ``pending`` its calls: what a suspension
+        stores, and what a write-ahead stores before any of them acts."""
+        run.sequence += 1
+        return SuspendedRunState(
             run_id=run.run_id,
             agent_name=run.agent.name,
             agent_fingerprint=run.agent.fingerprint(),
@@ -235,12 +259,9 @@ class ToolLoop:
             max_iterations=run.max_iterations,
             token_budget=run.token_budget,
             trace=tuple(run.trace),
-            turn_digest=turn_digest(pending),
+            turn_digest=turn_digest(run.run_id, run.sequence, pending),
+            sequence=run.sequence,
         )
-        self._events.emit(
-            Suspended(run.run_id, state.turn_digest, pending, run.iterations, run.usage)
-        )
-        raise ApprovalRequired(state)
 
     def _settle(
         self, run: _Run, call: PendingCall, decision: CallDecision, source: DecisionSource
@@ -425,6 +446,11 @@ def _resolve(
     if undecided:
         raise DecisionError(f"no decision for calls that need approval: {', '.join(undecided)}")
     return resolved
+
+
+def _acts(call: PendingCall) -> bool:
+    """The call will run a tool that acts on the world: a policy approved it."""
+    return isinstance(call.preset, Approve) and call.preset_source == "policy"
 
 
 def _by_policy(call: PendingCall) -> bool:

@@ -2,6 +2,8 @@
 
 Schema versions (every released version stays readable; add one line per version):
   1 — initial: transcript, pending calls with presets, counters, limits, trace, digest.
+  2 — ``sequence`` (the checkpoint's number within the run); the digest binds the run id
+      and it. A v1 state reads with ``sequence`` None and keeps its calls-only digest.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ from loop.errors import StateError, StateVersionError
 from loop.messages import AssistantMessage, JsonObject, Message, Usage
 from loop.results import TraceEntry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 PresetSource = Literal["read_only", "policy", "unknown_tool", "invalid_arguments"]
 
+
 # Upgrades a raw envelope of version N to version N + 1.
-_MIGRATIONS: dict[int, Callable[[dict[str, JsonValue]], dict[str, JsonValue]]] = {}
+def _v1_to_v2(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    return raw | {"sequence": None}
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, JsonValue]], dict[str, JsonValue]]] = {1: _v1_to_v2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +56,15 @@ class PendingCall:
         return self.preset is None
 
 
-def turn_digest(calls: tuple[PendingCall, ...]) -> str:
-    """sha256 of the canonical JSON of the pending calls (ids, names, arguments)."""
-    return sha256_hex([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
+def turn_digest(run_id: str, sequence: int | None, calls: tuple[PendingCall, ...]) -> str:
+    """sha256 of the canonical JSON of the run id, the checkpoint's sequence number within
+    the run and the pending calls (ids, names, arguments): a decision quoting it can apply
+    to no other run's turn, nor to another turn of this run. ``sequence`` None: a v1
+    state, whose digest covered the calls alone."""
+    listed: JsonValue = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    if sequence is None:
+        return sha256_hex(listed)
+    return sha256_hex({"run_id": run_id, "sequence": sequence, "calls": listed})
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +81,14 @@ class SuspendedRunState:
     token_budget: int | None
     trace: tuple[TraceEntry, ...]
     turn_digest: str
+    sequence: int | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def awaits_decision(self) -> bool:
+        """A suspension waits for a person; a write-ahead checkpoint (every call decided
+        by a policy or its kind) only marks where a redone segment resumes."""
+        return any(c.requires_approval for c in self.pending_calls)
 
     def to_json(self) -> str:
         return _ADAPTER.dump_json(self).decode()
@@ -90,7 +110,7 @@ class SuspendedRunState:
 
     def verify(self) -> None:
         """Refuse a state whose digest or last turn do not match its pending calls."""
-        if turn_digest(self.pending_calls) != self.turn_digest:
+        if turn_digest(self.run_id, self.sequence, self.pending_calls) != self.turn_digest:
             raise StateError("suspended run state was tampered with: turn_digest does not match")
         last = self.transcript[-1] if self.transcript else None
         if not isinstance(last, AssistantMessage) or [

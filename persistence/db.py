@@ -65,7 +65,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    # FULL: a ledger record or write-ahead checkpoint must survive a power loss too
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.close()
 
 

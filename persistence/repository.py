@@ -403,6 +403,35 @@ class RunRepository:
                 calls=calls,
             )
 
+    def checkpoint(
+        self,
+        run_id: str,
+        owner: str,
+        state: SuspendedRunState,
+        *,
+        events: Sequence[Event] = (),
+        calls: Sequence[CallRecord] = (),
+    ) -> bool:
+        """Write-ahead: the running run's turn whose calls are about to act, stored
+        durably (with the events so far) before any of them runs, so that a redone
+        segment resumes from this turn with the same call ids. Only under the lease."""
+        with self._one() as s:
+            return self._transition(
+                s,
+                run_id,
+                [RunStatus.RUNNING],
+                {
+                    "suspended_state": self._cipher.seal(state.to_json()),
+                    "turn_digest": state.turn_digest,
+                    "iterations": state.iterations,
+                    "prompt_tokens": state.usage.prompt_tokens,
+                    "completion_tokens": state.usage.completion_tokens,
+                },
+                owner=owner,
+                events=events,
+                calls=calls,
+            )
+
     def finish(
         self,
         run_id: str,

@@ -224,12 +224,13 @@ def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     pending = view["pending"]
     if isinstance(pending, dict):
         console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
-        table = Table("call", "tool", "effect", "verdict", "arguments")
+        table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
         for call in pending["calls"]:  # type: ignore[union-attr]
             assert isinstance(call, dict)
             table.add_row(
                 str(call["id"]), str(call["name"]), str(call["effect"]),
-                str(call["verdict"]), json.dumps(call["arguments"]),
+                "yes" if call["requires_approval"] else "no", str(call["verdict"]),
+                json.dumps(call["arguments"]),
             )  # fmt: skip
         console.print(table)
 

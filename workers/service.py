@@ -209,10 +209,18 @@ class Service:
         executor = LedgerExecutor(
             self.repo, run.id, sink.flush, record=sink.record, ledger=run.ledger, clock=self.clock
         )
-        loop = ToolLoop(events=sink, executor=executor)
+
+        def write_ahead(checkpoint: SuspendedRunState) -> None:
+            events, calls = sink.take()
+            if not self.repo.checkpoint(run.id, owner, checkpoint, events=events, calls=calls):
+                raise LeaseLostError(f"run {run.id} is no longer leased to {owner}")
+
+        loop = ToolLoop(events=sink, executor=executor, write_ahead=write_ahead)
         try:
             if state is None:
                 result = loop.run(agent, run.input, run_id=run.id)
+            elif not state.awaits_decision:  # redone from a write-ahead checkpoint
+                result = loop.resume(agent, state, {})
             else:
                 record = self.repo.decision_for(run.id, state.turn_digest)
                 if record is None:

@@ -6,6 +6,8 @@ statement boundary (a hook runs the competing statement there), never slept for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from pydantic import JsonValue
 from sqlalchemy import Engine
@@ -17,19 +19,21 @@ from loop import (
     DecisionError,
     Deny,
     Effect,
+    ModelResponse,
     RequiresApproval,
     ScriptedModel,
     Tool,
     ToolContext,
     tool,
 )
-from loop.messages import JsonObject
-from persistence.domain import RunStatus
+from loop.messages import AssistantMessage, JsonObject, Message, ToolCall, Usage
+from loop.tools import ToolSchema
+from persistence.domain import CallStatus, RunStatus
 from persistence.repository import RunRepository
 from tests.conftest import FakeClock
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.registry import Registry
-from workers.service import Limits, Outcome, Service
+from workers.service import ConflictError, Limits, Outcome, Service
 from workers.views import run_view
 
 
@@ -140,3 +144,145 @@ def test_a_decision_naming_a_call_the_policy_decided_is_refused(engine: Engine) 
     service.record_decision(run_id, only_mail, source="t")
     assert service.run_segment(run_id, "w").outcome is Outcome.COMPLETED
     assert ran == ["send_email mail"]
+
+
+# -- 2. write-ahead: an approved write never runs twice after a worker loss -----------------
+
+
+class WorkerLostError(BaseException):
+    """Stands for the worker's death: nothing of the segment after it runs."""
+
+
+class FreshIds:
+    """Like a real provider: every call gets an id never seen before, so a repeated model
+    call would ask for the write again under a new id. ``crash_on`` model calls raise."""
+
+    def __init__(self, steps: list[dict[str, JsonValue]], crash_on: int | None = None) -> None:
+        self._steps = steps
+        self._crash_on = crash_on
+        self.calls = 0
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        self.calls += 1
+        if self.calls == self._crash_on:
+            raise WorkerLostError
+        turn = sum(1 for m in transcript if isinstance(m, AssistantMessage))
+        step = self._steps[turn]
+        raw = step.get("tool_calls") or []
+        assert isinstance(raw, list)
+        calls = tuple(
+            ToolCall(f"fresh-{self.calls}-{i}", str(c["name"]), dict(c["arguments"]))  # type: ignore[index,call-overload,arg-type]
+            for i, c in enumerate(raw)
+        )
+        content = step.get("content")
+        return ModelResponse(
+            AssistantMessage(content=str(content) if content else None, tool_calls=calls),
+            Usage(1, 1),
+        )
+
+
+def approving_writer(model: FreshIds, ran: list[str], *, crash_in_tool: bool) -> Agent:
+    @tool(effect=Effect.WRITE)
+    def send_email(to: str, ctx: ToolContext) -> str:
+        ran.append(f"send_email {ctx.call_id}")
+        if crash_in_tool:
+            raise WorkerLostError  # the side effect happened; its result is never recorded
+        return f"sent to {to}"
+
+    return Agent(
+        name="writer",
+        model=model,
+        tools=[send_email],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
+
+
+WRITE_THEN_ANSWER: list[dict[str, JsonValue]] = [
+    {"tool_calls": [{"name": "send_email", "arguments": {"to": "a@x"}}]},
+    {"content": "done"},
+]
+
+
+def lose_the_worker(service: Service, clock: FakeClock, run_id: str) -> None:
+    with pytest.raises(WorkerLostError):
+        service.run_segment(run_id, "doomed")
+    clock.advance(seconds=service.limits.lease.total_seconds() + 1)
+    assert service.sweep().reclaimed.requeued == (run_id,)
+
+
+def test_a_worker_lost_right_after_a_policy_approved_write_is_in_doubt_not_repeated(
+    engine: Engine, clock: FakeClock
+) -> None:
+    ran: list[str] = []
+    model = FreshIds(WRITE_THEN_ANSWER)
+    service = service_for(engine, approving_writer(model, ran, crash_in_tool=True), clock=clock)
+    run, _ = service.start_run("writer", "go")
+    lose_the_worker(service, clock, run.id)
+    assert service.run_segment(run.id, "next").outcome is Outcome.FAILED
+    assert ran == ["send_email fresh-1-0"]  # once: the model was not asked again
+    assert model.calls == 1
+    failed = service.repo.require(run.id)
+    assert "never recorded" in (failed.error or "") and "fresh-1-0" in (failed.error or "")
+    assert [e.status for e in service.repo.ledger(run.id)] == [CallStatus.STARTED]
+
+
+def test_a_worker_lost_after_a_recorded_write_replays_it_and_completes(
+    engine: Engine, clock: FakeClock
+) -> None:
+    ran: list[str] = []
+    model = FreshIds(WRITE_THEN_ANSWER, crash_on=2)  # dies on the model call after the write
+    service = service_for(engine, approving_writer(model, ran, crash_in_tool=False), clock=clock)
+    run, _ = service.start_run("writer", "go")
+    lose_the_worker(service, clock, run.id)
+    assert service.run_segment(run.id, "next").outcome is Outcome.COMPLETED
+    assert ran == ["send_email fresh-1-0"]
+    assert model.calls == 3  # the write's turn was not asked for again; the answer was
+    assert service.repo.require(run.id).output == "done"
+
+
+def test_a_write_after_a_resumed_turn_is_written_ahead_too(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """A human-approved turn, then a policy-approved write; the worker dies in it."""
+    ran: list[str] = []
+    steps: list[dict[str, JsonValue]] = [
+        {"tool_calls": [{"name": "wipe", "arguments": {"table": "t"}}]},
+        *WRITE_THEN_ANSWER,
+    ]
+    model = FreshIds(steps)
+
+    @tool(effect=Effect.WRITE)
+    def send_email(to: str, ctx: ToolContext) -> str:
+        ran.append(f"send_email {ctx.call_id}")
+        raise WorkerLostError
+
+    agent = Agent(
+        name="mixed",
+        model=model,
+        tools=[send_email, Wipe(ran)],
+        approval_policy=lambda tool, arguments: Approve() if tool.name == "send_email" else Ask(),
+    )
+    service = service_for(engine, agent, clock=clock)
+    run_id, digest = waiting(service, "mixed")
+    service.record_decision(
+        run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+    )
+    lose_the_worker(service, clock, run_id)
+    assert service.run_segment(run_id, "next").outcome is Outcome.FAILED
+    assert ran == ["wipe fresh-1-0", "send_email fresh-2-0"]
+
+
+# -- 9. the digest binds the run ---------------------------------------------------------
+
+
+def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: Engine) -> None:
+    ran: list[str] = []
+    service = service_for(engine, policy_agent(ran))
+    _, digest_x = waiting(service, "policed")
+    y, digest_y = waiting(service, "policed")
+    assert digest_x != digest_y  # same calls, same ids: the run id tells them apart
+    with pytest.raises(ConflictError, match="not the digest"):
+        service.record_decision(
+            y, DecisionBody(turn_digest=digest_x, decision="approve"), source="t"
+        )
+    assert service.repo.require(y).status is RunStatus.WAITING_FOR_APPROVAL
