@@ -147,6 +147,8 @@ class DecisionOutcome:
     result: Literal["recorded", "duplicate", "conflict", "not_found"]
     stored: DecisionRecord | None = None
     reason: str | None = None
+    expired: bool = False
+    """A conflict because the approval expired before the decision came."""
 
 
 @dataclass(frozen=True, slots=True)

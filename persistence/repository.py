@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -274,6 +275,8 @@ class RunRepository:
         *,
         owner: str | None = None,
         turn_digest: str | None = None,
+        expired: bool = False,
+        lease_expired: bool = False,
         events: Sequence[Event] = (),
         calls: Sequence[CallRecord] = (),
     ) -> bool:
@@ -284,12 +287,19 @@ class RunRepository:
             return False
         statuses = tuple(s.value for s in expected)
         columns = tuple(sorted(values))
-        key = ("transition", statuses, columns, owner is not None, turn_digest is not None)
+        key = (
+            "transition", statuses, columns, owner is not None, turn_digest is not None,
+            expired, lease_expired,
+        )  # fmt: skip
 
         def build() -> Update:
             conditions = [RUNS.c.id == bindparam("rid"), _status_in(*statuses)]
             if turn_digest is not None:
                 conditions.append(RUNS.c.turn_digest == bindparam("digest"))
+            if expired:  # the approval's expiry, as of this statement
+                conditions.append(RUNS.c.expires_at <= bindparam("now"))
+            if lease_expired:  # a renewal that came first keeps the run
+                conditions.append(RUNS.c.lease_expires_at < bindparam("now"))
             if owner is not None:
                 conditions.append(RUNS.c.lease_owner == bindparam("owner"))
             return (
@@ -482,6 +492,27 @@ class RunRepository:
             events=events,
         )
 
+    def expire(self, run_id: str, turn_digest: str, *, events: Sequence[Event] = ()) -> bool:
+        """waiting_for_approval → cancelled, only while the run still waits on this turn
+        and its approval has expired, as of this statement: a decision that won a
+        moment before keeps its run."""
+        values = {
+            "status": RunStatus.CANCELLED.value,
+            "termination": "cancelled",
+            "suspended_state": None,
+            "expires_at": None,
+        }
+        with self._one() as s:
+            return self._transition(
+                s,
+                run_id,
+                [RunStatus.WAITING_FOR_APPROVAL],
+                values,
+                turn_digest=turn_digest,
+                expired=True,
+                events=events,
+            )
+
     def retry(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
         """failed → queued; the run continues from its last checkpoint."""
         values = {
@@ -539,7 +570,13 @@ class RunRepository:
                     values["status"] = RunStatus.QUEUED.value
                 events: list[Event] = [("failed", {"error": values["error"]})] if give_up else []
                 if self._transition(
-                    s, str(rid), [RunStatus.RUNNING], values, owner=owner, events=events
+                    s,
+                    str(rid),
+                    [RunStatus.RUNNING],
+                    values,
+                    owner=owner,
+                    lease_expired=True,
+                    events=events,
                 ):
                     (failed if give_up else requeued).append(str(rid))
         return Reclaimed(tuple(requeued), tuple(failed))
@@ -838,6 +875,7 @@ class RunRepository:
         approver: str | None = None,
         webhook_id: str | None = None,
         events: Sequence[Event] = (),
+        expiry: bool = False,
     ) -> DecisionOutcome:
         """One transaction: the decision row (unique per turn), waiting → queued, and
         ``events`` (the audit record of the decision).
@@ -861,15 +899,19 @@ class RunRepository:
         params |= {f"d_{c}": v for c, v in row.items()}
         try:
             with self._one() as s:
+                moving = functools.partial(_waiting_to_queued, expiry=expiry)
                 if self.engine.dialect.name == "postgresql":
                     k = len(events)
-                    statement = self._driver(("decide", k), lambda: _decide_statement(k))
+                    statement = self._driver(
+                        ("decide", k, expiry), lambda: _decide_statement(k, moving)
+                    )
                     params |= _event_params(events, now) if events else {}
                     won = statement.execute(s, params).rowcount > 0
                 elif events:
-                    won = bool(self._with_events(s, "decide", _waiting_to_queued, params, events))
+                    key = ("decide", expiry)
+                    won = bool(self._with_events(s, key, moving, params, events))
                 else:
-                    moved = self._statement("decide", _waiting_to_queued)
+                    moved = self._statement(("decide", expiry), moving)
                     won = int(s.execute(moved, params).rowcount) == 1
                 if not won:
                     raise _NotWaitingError
@@ -913,9 +955,21 @@ class RunRepository:
                 return DecisionOutcome("not_found")
             if status != RunStatus.WAITING_FOR_APPROVAL.value:
                 return DecisionOutcome("conflict", None, f"run is {status}, not waiting")
-            return DecisionOutcome(
-                "conflict", None, "turn_digest is not the digest of the turn that waits"
-            )
+            row = s.execute(
+                select(RUNS.c.turn_digest, RUNS.c.expires_at).where(RUNS.c.id == uuid.UUID(run_id))
+            ).one()
+            if row.turn_digest != turn_digest:
+                return DecisionOutcome(
+                    "conflict", None, "turn_digest is not the digest of the turn that waits"
+                )
+            if row.expires_at is not None and row.expires_at <= self._now():
+                return DecisionOutcome(
+                    "conflict",
+                    None,
+                    f"the approval expired at {row.expires_at.isoformat()}",
+                    expired=True,
+                )
+            return DecisionOutcome("conflict", None, "the run changed meanwhile; read it again")
 
     def _decision(self, s: Connection, run_id: str, turn_digest: str) -> DecisionRecord | None:
         row = _row_of(s, DECISIONS, run_id, turn_digest=turn_digest)
@@ -1231,11 +1285,11 @@ def _create_statement(columns: Sequence[str]) -> Insert:
 _DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")
 
 
-def _decide_statement(k: int) -> Insert:
+def _decide_statement(k: int, moving: Callable[[], Update]) -> Insert:
     """PostgreSQL: the guarded UPDATE feeds the decision's INSERT, and both feed the
     ``k`` events' INSERT, in one round trip; a second decision for the turn violates
     the unique key and rolls all of it back. Its row count tells whether it won."""
-    cte = _reserving(_waiting_to_queued, k).cte("moved")
+    cte = _reserving(moving, k).cte("moved")
     columns = [c for c in _DECISION_COLUMNS if c != "run_id"]
     source = select(cte.c.id, *(bindparam(f"d_{c}", type_=DECISIONS.c[c].type) for c in columns))
     decided = insert(DECISIONS).from_select(["run_id", *columns], source)
@@ -1245,13 +1299,20 @@ def _decide_statement(k: int) -> Insert:
     return _insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
 
 
-def _waiting_to_queued() -> Update:
+def _waiting_to_queued(*, expiry: bool = False) -> Update:
+    """The decision's guard: the run waits on this turn, and its approval has not
+    expired (``expiry``: has, for the expiry's own decision) as of the statement."""
+    if expiry:
+        live = RUNS.c.expires_at <= bindparam("now")
+    else:
+        live = or_(RUNS.c.expires_at.is_(None), RUNS.c.expires_at > bindparam("now"))
     return (
         update(RUNS)
         .where(
             RUNS.c.id == bindparam("rid"),
             _status_in(RunStatus.WAITING_FOR_APPROVAL.value),
             RUNS.c.turn_digest == bindparam("digest"),
+            live,
         )
         .values(
             status=RunStatus.QUEUED.value,
@@ -1339,6 +1400,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, rid = raw.split("|")
-        return datetime.fromisoformat(created), uuid.UUID(rid)
+        at = datetime.fromisoformat(created)
+        if at.tzinfo is None:
+            raise ValueError("the cursor's time has no timezone")
+        return at, uuid.UUID(rid)
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadCursorError(f"cursor {cursor!r} is not one this API returned") from exc

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from sqlalchemy import text
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loop import DecisionError, StateError
 from persistence.domain import RunStatus
@@ -40,16 +42,23 @@ MAX_APPROVAL_BODY = 64 * 1024
 class ProblemError(Exception):
     """An error answered as application/problem+json."""
 
-    def __init__(self, status: int, title: str, detail: str) -> None:
+    def __init__(self, status: int, title: str, detail: str, *, type: str = "about:blank") -> None:
         super().__init__(detail)
         self.status = status
         self.title = title
         self.detail = detail
+        self.type = type
 
 
-def problem_response(status: int, title: str, detail: str) -> JSONResponse:
+APPROVAL_EXPIRED = "/problems/approval-expired"
+"""The problem type of a decision that came after the approval's ``expires_at``."""
+
+
+def problem_response(
+    status: int, title: str, detail: str, *, type: str = "about:blank"
+) -> JSONResponse:
     return JSONResponse(
-        {"type": "about:blank", "title": title, "status": status, "detail": detail},
+        {"type": type, "title": title, "status": status, "detail": detail},
         status_code=status,
         media_type="application/problem+json",
     )
@@ -109,6 +118,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
             extra={"action": "api.open"},
         )
     _errors(app, metrics)
+    app.add_middleware(BodyGate, gate=_gate(config, secrets, metrics), metrics=metrics)
     _run_routes(app, service, config)
     _approval_route(app, service, [Webhook(s) for s in secrets], metrics)
     _operations(app, service, metrics, check_broker)
@@ -118,7 +128,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
 def _errors(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
-        return problem_response(exc.status, exc.title, exc.detail)
+        return problem_response(exc.status, exc.title, exc.detail, type=exc.type)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -128,17 +138,95 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem_response(exc.status_code, str(exc.detail), str(exc.detail))
 
-    @app.middleware("http")
-    async def _limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        limit = MAX_APPROVAL_BODY if request.url.path.endswith("/approval") else MAX_BODY
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            if request.url.path.endswith("/approval"):
-                metrics.rejections.labels("too_large").inc()
-            return problem_response(413, "Body too large", f"the limit is {limit} bytes")
-        return await call_next(request)
+
+def token_matches(authorization: str | None, token: str) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time, as bytes: a header
+    may hold any character, and ``compare_digest`` refuses non-ASCII text."""
+    if authorization is None:
+        return False
+    expected = f"Bearer {token}".encode()
+    return hmac.compare_digest(authorization.encode("utf-8", "surrogateescape"), expected)
+
+
+Gate = Callable[[str, Headers], None]
+"""Refuses (``ProblemError``) a request by its path and headers, before its body is read."""
+
+
+def _gate(config: Settings, secrets: list[str], metrics: Metrics) -> Gate:
+    def gate(path: str, headers: Headers) -> None:
+        if path.endswith("/approval"):
+            if secrets:
+                _signed_headers(headers, metrics)
+        elif (
+            path.startswith("/v1/")
+            and config.api_token
+            and not token_matches(headers.get("authorization"), config.api_token)
+        ):
+            raise ProblemError(
+                401, "Unauthorized", "send Authorization: Bearer <AIRLOCK_API_TOKEN>"
+            )
+
+    return gate
+
+
+class BodyGate:
+    """Authenticates what it can from the headers, then reads the body with its limit
+    counted as it streams in (chunked or not, whatever Content-Length says): a request
+    over the limit gets 413 after at most the limit was read, an unauthenticated one
+    401 before any of it."""
+
+    def __init__(self, app: ASGIApp, *, gate: Gate, metrics: Metrics) -> None:
+        self._app = app
+        self._gate = gate
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self._app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        approval = path.endswith("/approval")
+        limit = MAX_APPROVAL_BODY if approval else MAX_BODY
+        headers = Headers(scope=scope)
+        try:
+            self._gate(path, headers)
+            body = await _read_within(receive, headers.get("content-length"), limit)
+        except ProblemError as exc:
+            if exc.status == 413 and approval:
+                self._metrics.rejections.labels("too_large").inc()
+            await problem_response(exc.status, exc.title, exc.detail)(scope, receive, send)
+            return
+        if body is None:
+            return  # the client went away
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self._app(scope, replay, send)
+
+
+async def _read_within(receive: Receive, length: str | None, limit: int) -> bytes | None:
+    too_large = ProblemError(413, "Body too large", f"the limit is {limit} bytes")
+    if length is not None and (not length.isdigit() or len(length) > 12 or int(length) > limit):
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _finder(service: Service) -> tuple[Callable[[str], Any], Callable[[Any], dict[str, JsonValue]]]:
@@ -163,8 +251,7 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
     def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
         if not config.api_token:
             return
-        expected = f"Bearer {config.api_token}"
-        if authorization is None or not hmac.compare_digest(authorization, expected):
+        if not token_matches(authorization, config.api_token):
             raise ProblemError(
                 401, "Unauthorized", "send Authorization: Bearer <AIRLOCK_API_TOKEN>"
             )
@@ -250,7 +337,11 @@ def _approval_route(
             metrics.decisions.labels("not_found").inc()
             raise ProblemError(404, "Not found", f"no run has id {run_id!r}") from exc
         except ConflictError as exc:
-            metrics.decisions.labels("conflict").inc()
+            metrics.decisions.labels("expired" if exc.expired else "conflict").inc()
+            if exc.expired:
+                raise ProblemError(
+                    409, "Approval expired", str(exc), type=APPROVAL_EXPIRED
+                ) from exc
             raise ProblemError(409, "Conflict", str(exc)) from exc
         except DecisionError as exc:
             metrics.decisions.labels("invalid").inc()
@@ -297,10 +388,9 @@ def _operations(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _verify(verifiers: list[Webhook], raw: bytes, headers: dict[str, str], metrics: Metrics) -> str:
-    if not verifiers:
-        metrics.rejections.labels("not_configured").inc()
-        raise ProblemError(503, "Approvals disabled", "AIRLOCK_WEBHOOK_SECRET is not set")
+def _signed_headers(headers: Mapping[str, str], metrics: Metrics) -> str:
+    """The webhook's id, once its headers are there and its timestamp is within the
+    tolerance: checked before its body is read."""
     webhook_id = headers.get("webhook-id")
     if not (webhook_id and headers.get("webhook-timestamp") and headers.get("webhook-signature")):
         metrics.rejections.labels("missing_headers").inc()
@@ -308,9 +398,19 @@ def _verify(verifiers: list[Webhook], raw: bytes, headers: dict[str, str], metri
             401, "Unsigned", "webhook-id, webhook-timestamp and webhook-signature are required"
         )
     timestamp = headers["webhook-timestamp"]
-    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > 300:
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) or (
+        abs(time.time() - int(timestamp)) > 300
+    ):
         metrics.rejections.labels("timestamp").inc()
         raise ProblemError(401, "Bad timestamp", "webhook-timestamp is not within 5 minutes of now")
+    return webhook_id
+
+
+def _verify(verifiers: list[Webhook], raw: bytes, headers: dict[str, str], metrics: Metrics) -> str:
+    if not verifiers:
+        metrics.rejections.labels("not_configured").inc()
+        raise ProblemError(503, "Approvals disabled", "AIRLOCK_WEBHOOK_SECRET is not set")
+    webhook_id = _signed_headers(headers, metrics)
     for verifier in verifiers:  # several secrets while one is rotated out
         try:
             verifier.verify(raw, headers, json_parse=False)

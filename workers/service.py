@@ -64,6 +64,11 @@ def no_notify(event_type: EventType, run_id: str) -> None:
 class ConflictError(Exception):
     """The run is not in a state that allows this."""
 
+    def __init__(self, message: str, *, expired: bool = False) -> None:
+        super().__init__(message)
+        self.expired = expired
+        """The approval expired before the decision came."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -310,6 +315,7 @@ class Service:
         approver: str | None = None,
         webhook_id: str | None = None,
         also: Sequence[Event] = (),
+        expiry: bool = False,
     ) -> DecisionResult:
         """Record a decision for the turn that waits and wake a worker to resume. The
         ``decision`` audit event (and ``also``, before it) is written with the decision.
@@ -323,7 +329,9 @@ class Service:
             raise UnknownRunError(f"no run has id {run_id!r}")
         approver = body.approver or approver
         stored = body.stored()
-        if run.status is RunStatus.WAITING_FOR_APPROVAL and run.turn_digest == body.turn_digest:
+        waits = run.status is RunStatus.WAITING_FOR_APPROVAL
+        if waits and run.turn_digest == body.turn_digest and not expiry:
+            # the expiry's whole-turn deny fits every turn: it needs no readable state
             self._validate(run, stored)
         audit: Event = (
             "decision",
@@ -336,6 +344,7 @@ class Service:
             approver=approver,
             webhook_id=webhook_id,
             events=[*also, audit],
+            expiry=expiry,
         )
         match outcome.result:
             case "recorded":
@@ -347,7 +356,8 @@ class Service:
             case "not_found":
                 raise UnknownRunError(f"no run has id {run_id!r}")
             case "conflict":
-                raise ConflictError(outcome.reason or "the decision was not applied")
+                reason = outcome.reason or "the decision was not applied"
+                raise ConflictError(reason, expired=outcome.expired)
 
     def _validate(self, run: Run, stored: dict[str, JsonValue]) -> None:
         try:
@@ -395,20 +405,24 @@ class Service:
                 continue
             action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
             # the 'expired' event is written with the action, so it exists exactly when
-            # the action was applied
+            # the action was applied; each action is guarded on the run still waiting on
+            # this turn with its approval expired, in its own statement
             event: Event = ("expired", {"action": str(action or "cancel")})
-            try:
-                if action == "deny":
-                    body = DecisionBody(
-                        turn_digest=run.turn_digest, decision="deny", reason="approval expired"
-                    )
+            if action == "deny":
+                body = DecisionBody(
+                    turn_digest=run.turn_digest, decision="deny", reason="approval expired"
+                )
+                try:
                     self.record_decision(
-                        run_id, body, source="expiry", approver="airlock", also=[event]
+                        run_id, body, source="expiry", approver="airlock", also=[event], expiry=True
                     )
-                else:
-                    self.cancel(run_id, by="airlock:expiry", also=[event])
-            except ConflictError:
-                continue  # decided or cancelled meanwhile
+                except ConflictError:
+                    continue  # decided or cancelled meanwhile
+            else:
+                cancelled: Event = ("cancelled", {"by": "airlock:expiry", "was": run.status.value})
+                if not self.repo.expire(run_id, run.turn_digest, events=[event, cancelled]):
+                    continue  # decided or cancelled meanwhile
+                self.notify("run.cancelled", run_id)
             expired.append(run_id)
         return tuple(expired)
 

@@ -286,3 +286,65 @@ def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: 
             y, DecisionBody(turn_digest=digest_x, decision="approve"), source="t"
         )
     assert service.repo.require(y).status is RunStatus.WAITING_FOR_APPROVAL
+
+
+# -- 3. expiry is guarded on the run still waiting, expired, in its own statement -----------
+
+
+def expiring(engine: Engine, clock: FakeClock, action: str) -> tuple[Service, str, str]:
+    from datetime import timedelta
+
+    from loop import ExpiryAction
+
+    agent = Agent(
+        name="expiring",
+        model=ScriptedModel(WRITE_THEN_ANSWER),
+        tools=gated_tools([]),
+        approval_ttl=timedelta(seconds=10),
+        on_expiry=ExpiryAction(action),
+    )
+    service = service_for(engine, agent, clock=clock)
+    run_id, digest = waiting(service, "expiring")
+    return service, run_id, digest
+
+
+@pytest.mark.parametrize("action", ["cancel", "deny"])
+def test_expiry_does_not_undo_an_approval_that_won_just_before_it(
+    engine: Engine, clock: FakeClock, action: str
+) -> None:
+    service, run_id, digest = expiring(engine, clock, action)
+    clock.advance(seconds=11)
+    select_expired = service.repo.expired_approvals
+
+    def approval_lands_after_the_select(limit: int = 500) -> list[str]:
+        due = select_expired(limit)
+        assert due == [run_id]
+        # between the sweeper's SELECT and its action, an approval made just before
+        # the deadline (by a process whose clock says so) commits: 202
+        clock.advance(seconds=-2)
+        body = DecisionBody(turn_digest=digest, decision="approve")
+        assert service.record_decision(run_id, body, source="t").result == "recorded"
+        clock.advance(seconds=2)
+        return due
+
+    service.repo.expired_approvals = approval_lands_after_the_select  # type: ignore[method-assign]
+    assert service.expire_approvals() == ()
+    run = service.repo.require(run_id)
+    assert run.status is RunStatus.QUEUED
+    assert "expired" not in [e.kind for e in service.repo.events(run_id)]
+    assert service.repo.decision_for(run_id, digest) is not None
+
+
+def test_a_decision_after_expires_at_is_refused_as_expired(
+    engine: Engine, clock: FakeClock
+) -> None:
+    service, run_id, digest = expiring(engine, clock, "cancel")
+    clock.advance(seconds=11)  # due, but the sweeper has not run yet
+    with pytest.raises(ConflictError, match="expired") as info:
+        service.record_decision(
+            run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+        )
+    assert info.value.expired
+    assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.expire_approvals() == (run_id,)
+    assert service.repo.require(run_id).status is RunStatus.CANCELLED

@@ -1,0 +1,69 @@
+"""Hostile input at the door (issue 13): bodies limited while they stream, authentication
+before any body is read, and 4xx instead of 500 for odd headers and cursors."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+from tests.api.conftest import TOKEN, Api
+from tests.api.test_api import problem
+
+
+def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
+    """A body sent chunked: no Content-Length to refuse it by."""
+    sent = 0
+    while sent < total:
+        yield b" " * size
+        sent += size
+
+
+def test_a_chunked_body_over_the_limit_is_413_not_read_whole(api: Api) -> None:
+    response = api.client.post(
+        "/v1/runs",
+        content=chunks(3 * 1024 * 1024),
+        headers={**api.headers(), "content-type": "application/json"},
+    )
+    problem(response, 413)
+
+
+def test_an_unsigned_chunked_approval_is_refused_before_its_body(api: Api) -> None:
+    run = api.create()
+    response = api.client.post(
+        f"/v1/runs/{run['id']}/approval",
+        content=chunks(2 * 1024 * 1024),
+        headers={"content-type": "application/json"},
+    )
+    problem(response, 401)  # not 413: its body was never read
+
+
+def test_an_unauthenticated_create_is_refused_before_its_body(api: Api) -> None:
+    response = api.client.post(
+        "/v1/runs", content=chunks(3 * 1024 * 1024), headers={"content-type": "application/json"}
+    )
+    problem(response, 401)
+
+
+def test_a_non_ascii_bearer_token_is_401(api: Api) -> None:
+    token = f"Bearer {TOKEN}é".encode()
+    response = api.client.get("/v1/runs", headers=[(b"authorization", token)])
+    problem(response, 401)
+    response = api.client.post(
+        "/v1/runs", json={"agent": "w1", "input": "x"}, headers=[(b"authorization", token)]
+    )
+    problem(response, 401)
+
+
+def test_a_huge_webhook_timestamp_is_401(api: Api) -> None:
+    view = api.waiting()
+    body = {"turn_digest": view["pending"]["turn_digest"], "decision": "approve"}
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": "9" * 5000, "webhook-signature": "v1,x"}
+    problem(api.approve(view["id"], body, headers=headers), 401)
+    assert api.run(view["id"])["status"] == "waiting_for_approval"
+
+
+def test_a_cursor_with_a_naive_time_is_422(api: Api) -> None:
+    api.create()
+    raw = b"2026-01-01T12:00:00|00000000-0000-0000-0000-000000000000"
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    problem(api.client.get(f"/v1/runs?cursor={cursor}", headers=api.headers()), 422)
