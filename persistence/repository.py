@@ -1079,25 +1079,24 @@ class RunRepository:
         events, ledger and decisions, one bounded batch per transaction."""
         cutoff = self._now() - older_than
         removed = 0
+        finished = RUNS.c.status.in_([t.value for t in TERMINAL])
         while True:
             with self._tx() as s:
+                batch = select(RUNS.c.id).where(finished, RUNS.c.updated_at < cutoff)
+                # one guarded DELETE: a run retried (or otherwise touched) since the batch
+                # was chosen no longer matches, and keeps its events, ledger and decisions;
+                # those of the runs it deletes go with them (ON DELETE CASCADE)
                 ids = s.scalars(
-                    select(RUNS.c.id)
+                    delete(RUNS)
                     .where(
-                        RUNS.c.status.in_([t.value for t in TERMINAL]),
+                        RUNS.c.id.in_(batch.limit(batch_size).scalar_subquery()),
+                        finished,
                         RUNS.c.updated_at < cutoff,
                     )
-                    .limit(batch_size)
+                    .returning(RUNS.c.id)
                 ).all()
                 if not ids:
                     return removed
-                for table in (EVENTS, CALLS, DECISIONS):
-                    s.execute(delete(table).where(table.c.run_id.in_(ids)))
-                s.execute(
-                    delete(RUNS).where(
-                        RUNS.c.id.in_(ids), RUNS.c.status.in_([t.value for t in TERMINAL])
-                    )
-                )
             removed += len(ids)
             if progress is not None:
                 progress(removed)

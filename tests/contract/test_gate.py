@@ -6,11 +6,13 @@ statement boundary (a hook runs the competing statement there), never slept for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from pydantic import JsonValue
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from loop import (
     Agent,
@@ -28,6 +30,7 @@ from loop import (
 )
 from loop.messages import AssistantMessage, JsonObject, Message, ToolCall, Usage
 from loop.tools import ToolSchema
+from persistence.db import make_engine
 from persistence.domain import CallStatus, RunStatus
 from persistence.repository import RunRepository
 from tests.conftest import FakeClock
@@ -292,8 +295,6 @@ def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: 
 
 
 def expiring(engine: Engine, clock: FakeClock, action: str) -> tuple[Service, str, str]:
-    from datetime import timedelta
-
     from loop import ExpiryAction
 
     agent = Agent(
@@ -348,3 +349,68 @@ def test_a_decision_after_expires_at_is_refused_as_expired(
     assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
     assert service.expire_approvals() == (run_id,)
     assert service.repo.require(run_id).status is RunStatus.CANCELLED
+
+
+# -- 8 and 11: purge and reclaim, raced at their statement boundary (PostgreSQL) ------------
+
+
+@pytest.fixture
+def pg_engine(postgres_url: str) -> Iterator[Engine]:
+    engine = make_engine(postgres_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_purge_racing_a_retry_keeps_the_live_runs_ledger_and_events(
+    pg_engine: Engine, clock: FakeClock
+) -> None:
+    ran: list[str] = []
+    service = service_for(pg_engine, policy_agent(ran), clock=clock)
+    run_id, digest = waiting(service, "policed")
+    service.record_decision(
+        run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+    )
+    service.repo.claim(run_id, "w", service.limits.lease)
+    service.repo.finish(run_id, RunStatus.FAILED, owner="w", error="crashed")
+    clock.advance(days=31)
+    before = len(service.repo.events(run_id))
+    retried: list[bool] = []
+
+    def retry_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE") and not retried:
+            retried.append(True)  # the retry commits on its own connection, now
+            service.retry(run_id, by="racer")
+
+    event.listen(pg_engine, "before_cursor_execute", retry_first)
+    try:
+        assert service.purge(timedelta(days=30)) == 0
+    finally:
+        event.remove(pg_engine, "before_cursor_execute", retry_first)
+    assert retried
+    assert service.repo.require(run_id).status is RunStatus.QUEUED
+    assert len(service.repo.events(run_id)) == before + 1  # the retry's own event
+    assert service.repo.decision_for(run_id, digest) is not None
+
+
+@pytest.mark.postgres
+def test_the_sweeper_does_not_reclaim_a_lease_renewed_after_its_select(
+    pg_engine: Engine, clock: FakeClock
+) -> None:
+    service = service_for(pg_engine, policy_agent([]), clock=clock)
+    run, _ = service.start_run("policed", "go")
+    lease = service.limits.lease
+    assert service.repo.claim(run.id, "alive", lease) is not None
+    clock.advance(seconds=lease.total_seconds() + 1)
+    transition = service.repo._transition
+
+    def renewal_lands_first(*args: Any, **kwargs: Any) -> bool:
+        # between the sweeper's SELECT and its UPDATE, the live worker renews
+        assert service.repo.renew_lease(run.id, "alive", lease)
+        return transition(*args, **kwargs)
+
+    service.repo._transition = renewal_lands_first  # type: ignore[method-assign]
+    reclaimed = service.repo.reclaim_expired_leases(max_attempts=1)
+    assert reclaimed.requeued == () and reclaimed.failed == ()
+    still = service.repo.require(run.id)
+    assert (still.status, still.lease_owner) == (RunStatus.RUNNING, "alive")
