@@ -13,4 +13,5 @@ def canonical_json(value: JsonValue) -> str:
 
 
 def sha256_hex(value: JsonValue) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    # surrogates passed through: a model's lone surrogate still hashes, the same each time
+    return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()

@@ -91,7 +91,10 @@ class SuspendedRunState:
         return any(c.requires_approval for c in self.pending_calls)
 
     def to_json(self) -> str:
-        return _ADAPTER.dump_json(self).decode()
+        try:
+            return _ADAPTER.dump_json(self).decode()
+        except ValueError:  # a lone surrogate, which UTF-8 cannot hold: escape it
+            return json.dumps(_ADAPTER.dump_python(self, mode="json"))
 
     @classmethod
     def from_json(cls, blob: str | bytes) -> SuspendedRunState:

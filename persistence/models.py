@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -45,6 +46,45 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+_MARK = "\x1bb64:"
+
+
+def to_db_text(value: str) -> str:
+    """Text as both databases store it: unchanged, unless it holds NUL (PostgreSQL's
+    text refuses it) or a lone surrogate (not UTF-8), or starts with the mark; then the
+    mark and the base64 of its UTF-8 (surrogates passed through). Lossless."""
+    if "\x00" in value or value.startswith(_MARK):
+        return _escaped(value)
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return _escaped(value)
+    return value
+
+
+def _escaped(value: str) -> str:
+    return _MARK + base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()
+
+
+def from_db_text(value: str) -> str:
+    if value.startswith(_MARK):
+        return base64.b64decode(value[len(_MARK) :]).decode("utf-8", "surrogatepass")
+    return value
+
+
+class SafeText(TypeDecorator[str]):
+    """``Text`` that takes any Python string (see ``to_db_text``)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else to_db_text(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else from_db_text(value)
+
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -77,9 +117,9 @@ class AgentRun(Base):
     agent: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(32))
     termination: Mapped[str | None] = mapped_column(String(32))
-    input: Mapped[str] = mapped_column(Text)
-    output: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[str | None] = mapped_column(Text)
+    input: Mapped[str] = mapped_column(SafeText)
+    output: Mapped[str | None] = mapped_column(SafeText)
+    error: Mapped[str | None] = mapped_column(SafeText)
     iterations: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -135,7 +175,7 @@ class ToolCallRow(Base):
     effect: Mapped[str] = mapped_column(String(32))
     arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
-    result: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(SafeText)
     is_error: Mapped[bool] = mapped_column(default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[datetime]

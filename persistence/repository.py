@@ -59,7 +59,7 @@ from persistence.domain import (
     RunStatus,
 )
 from persistence.driver import DriverStatement
-from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
+from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow, from_db_text
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -363,6 +363,7 @@ class RunRepository:
         if row is None:
             return None
         _, agent, input, attempts, turn_digest, ledger, sealed = row
+        input = from_db_text(input)  # the driver's rows skip the column types' processing
         return Claim(str(rid), agent, input, attempts, turn_digest, bool(ledger), sealed)
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:

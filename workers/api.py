@@ -4,6 +4,7 @@ and the signed approval webhook. Handlers are thin shells over the service."""
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import ConfigDict, Field, JsonValue, ValidationError
 from sqlalchemy import text
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from loop import DecisionError, StateError
 from persistence.domain import RunStatus
 from persistence.repository import BadCursorError, UnknownRunError, utcnow
-from workers.decisions import DecisionBody
+from workers.decisions import DecisionBody, TextBody
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service
 from workers.settings import Settings
@@ -54,6 +55,17 @@ APPROVAL_EXPIRED = "/problems/approval-expired"
 """The problem type of a decision that came after the approval's ``expires_at``."""
 
 
+class SafeJSONResponse(JSONResponse):
+    """JSON that a lone surrogate (in a model's or a tool's text) cannot break: it is
+    written as its ``\\ud800`` escape instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, separators=(",", ":")).encode()
+
+
 def problem_response(
     status: int, title: str, detail: str, *, type: str = "about:blank"
 ) -> JSONResponse:
@@ -64,7 +76,7 @@ def problem_response(
     )
 
 
-class CreateRun(BaseModel):
+class CreateRun(TextBody):
     model_config = ConfigDict(extra="forbid")
     agent: str = Field(min_length=1, max_length=200)
     input: str = Field(max_length=MAX_BODY)
@@ -106,6 +118,7 @@ class _StoreCollector(Collector):
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
     app = FastAPI(
+        default_response_class=SafeJSONResponse,
         title="Airlock",
         version="0.1.0",
         description="Durable, human-approved LLM agent tool calls.",

@@ -5,21 +5,45 @@ from __future__ import annotations
 
 from typing import Literal, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
 
 
-class CallDecisionBody(BaseModel):
+def refuse_surrogates(value: object, where: str = "body") -> None:
+    """Refuse text that UTF-8 cannot hold (a lone surrogate, from a ``\\ud800`` escape):
+    stored, it would break every reader of the run. Raises ``ValueError`` (422)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{where} holds a lone surrogate (not valid Unicode text)") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_surrogates(key, where)
+            refuse_surrogates(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            refuse_surrogates(item, where)
+
+
+class TextBody(BaseModel):
+    @model_validator(mode="after")
+    def _valid_text(self) -> TextBody:
+        refuse_surrogates(self.model_dump(), "body")
+        return self
+
+
+class CallDecisionBody(TextBody):
     model_config = ConfigDict(extra="forbid")
     decision: CallDecisionKind
     arguments: dict[str, JsonValue] | None = None
     reason: str | None = Field(default=None, max_length=2000)
 
 
-class DecisionBody(BaseModel):
+class DecisionBody(TextBody):
     """``{turn_digest, decision, reason?, approver?, calls?}``: what an approver sends."""
 
     model_config = ConfigDict(extra="forbid")

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Literal, Protocol
 
 from pydantic import JsonValue
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError, StatementError
 
 from loop import (
     Agent,
@@ -531,5 +531,9 @@ def _describe(exc: BaseException, run: Claim) -> str:
         return f"refusing to resume run {run.id}: {exc}"
     if isinstance(exc, DecisionError | UnknownAgentError):
         return str(exc)
+    if isinstance(exc, StatementError):  # never the SQL or its parameters: they hold data
+        orig = exc.orig if exc.orig is not None else exc
+        first = (str(orig).splitlines() or [""])[0][:200]
+        return f"the database refused the run's write ({type(orig).__name__}: {first})"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"

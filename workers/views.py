@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
-from loop import Approve, Deny, PendingCall
+from loop import Approve, Deny, PendingCall, StateError
 from persistence.domain import Run, RunEvent
 from workers.service import Service
 
@@ -31,8 +31,18 @@ def verdict(call: PendingCall) -> dict[str, JsonValue]:
 
 
 def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
-    state = service.pending(run)
     pending: JsonValue = None
+    try:
+        state = service.pending(run)
+    except StateError as exc:  # this run's alone: reported on it, every other reads on
+        state = None
+        pending = {
+            "turn_digest": run.turn_digest,
+            "calls": [],
+            "error": f"the checkpoint cannot be read: {exc}",
+            "suspended_at": iso(run.suspended_at),
+            "expires_at": iso(run.expires_at),
+        }
     if state is not None:
         pending = {
             "turn_digest": state.turn_digest,

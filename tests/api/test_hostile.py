@@ -67,3 +67,42 @@ def test_a_cursor_with_a_naive_time_is_422(api: Api) -> None:
     raw = b"2026-01-01T12:00:00|00000000-0000-0000-0000-000000000000"
     cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     problem(api.client.get(f"/v1/runs?cursor={cursor}", headers=api.headers()), 422)
+
+
+def test_nul_in_an_input_is_stored_losslessly(api: Api) -> None:
+    run = api.create(input="mail \x00 42")
+    api.segment(run["id"])
+    assert api.service.repo.require(run["id"]).input == "mail \x00 42"
+    assert api.run(run["id"])["status"] == "waiting_for_approval"
+
+
+def test_a_lone_surrogate_in_metadata_is_422_and_nothing_is_written(api: Api) -> None:
+    body = b'{"agent": "w1", "input": "x", "metadata": {"k": "\\ud800"}}'
+    response = api.client.post(
+        "/v1/runs", content=body, headers={**api.headers(), "content-type": "application/json"}
+    )
+    problem(response, 422)
+    listed = api.client.get("/v1/runs", headers=api.headers())
+    assert listed.status_code == 200 and listed.json()["runs"] == []
+
+
+def test_one_unreadable_checkpoint_breaks_only_its_own_run(api: Api) -> None:
+    import uuid
+
+    from sqlalchemy import update
+
+    from persistence.repository import RUNS
+
+    bad, good = api.waiting(), api.waiting()
+    with api.service.repo.engine.begin() as conn:
+        conn.execute(
+            update(RUNS)
+            .where(RUNS.c.id == uuid.UUID(bad["id"]))
+            .values(suspended_state="fernet:gone")
+        )
+    listed = api.client.get("/v1/runs", headers=api.headers())
+    assert listed.status_code == 200, listed.text
+    views = {r["id"]: r for r in listed.json()["runs"]}
+    assert "cannot be read" in views[bad["id"]]["pending"]["error"]
+    assert views[good["id"]]["pending"]["calls"]
+    assert "cannot be read" in api.run(bad["id"])["pending"]["error"]

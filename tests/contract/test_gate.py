@@ -414,3 +414,32 @@ def test_the_sweeper_does_not_reclaim_a_lease_renewed_after_its_select(
     assert reclaimed.requeued == () and reclaimed.failed == ()
     still = service.repo.require(run.id)
     assert (still.status, still.lease_owner) == (RunStatus.RUNNING, "alive")
+
+
+# -- 6. NUL and lone surrogates from tools and models are stored losslessly ---------------
+
+
+def test_nul_and_surrogates_in_a_writes_result_and_the_answer_are_kept(engine: Engine) -> None:
+    @tool(effect=Effect.WRITE)
+    def send_email(to: str) -> str:
+        return "sent\x00 \ud800"
+
+    steps: list[dict[str, JsonValue]] = [
+        {"tool_calls": [{"name": "send_email", "arguments": {"to": "a\x00"}}]},
+        {"content": "done\x00 \udfff"},
+    ]
+    agent = Agent(
+        name="nul",
+        model=ScriptedModel(steps),
+        tools=[send_email],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
+    service = service_for(engine, agent)
+    run, _ = service.start_run("nul", "in\x00put")
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+    done = service.repo.require(run.id)
+    assert (done.input, done.output) == ("in\x00put", "done\x00 \udfff")
+    [entry] = service.repo.ledger(run.id)
+    assert (entry.status, entry.result) == (CallStatus.SUCCEEDED, "sent\x00 \ud800")
+    kinds = [e.kind for e in service.repo.events(run.id)]
+    assert kinds[-1] == "completed" and "tool" in kinds
