@@ -453,12 +453,13 @@ def _explain(errors: Any) -> str:
 def default_app() -> FastAPI:
     from workers.celery_app import app as celery  # noqa: PLC0415 - wiring
     from workers.runtime import service  # noqa: PLC0415
-    from workers.settings import settings  # noqa: PLC0415
+    from workers.settings import check_secrets, settings  # noqa: PLC0415
 
     def check_broker() -> None:
         with celery.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
 
+    check_secrets(settings())
     return create_app(service(), settings(), check_broker=check_broker)
 
 

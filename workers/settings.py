@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from functools import lru_cache
 from pathlib import Path
 
@@ -67,6 +68,49 @@ class Settings(BaseSettings):
     @property
     def broker_folder(self) -> Path:
         return self.home / "broker"
+
+
+KNOWN_DEFAULTS = frozenset(
+    {
+        "change-me",
+        "changeme",
+        "secret",
+        "whsec_Y2hhbmdlLW1lLWNoYW5nZS1tZS1jaGFuZ2UtbWU=",  # an earlier compose default
+    }
+)
+MIN_TOKEN = 8
+MIN_SECRET_BYTES = 16
+
+
+def check_secrets(config: Settings) -> None:
+    """Refuse to serve with a public default or a short secret or token, naming the
+    variable (``airlock dev`` and ``demo`` make strong ones of their own)."""
+    problems: list[str] = []
+    if config.api_token is not None:
+        token = config.api_token
+        if token.lower() in KNOWN_DEFAULTS or "change-me" in token or len(token) < MIN_TOKEN:
+            problems.append(
+                f"AIRLOCK_API_TOKEN is a known default or shorter than {MIN_TOKEN} characters"
+            )
+    for name, value in (
+        ("AIRLOCK_WEBHOOK_SECRET", config.webhook_secret),
+        ("AIRLOCK_NOTIFY_SECRET", config.notify_secret),
+    ):
+        for secret in (value or "").replace(",", " ").split():
+            if secret in KNOWN_DEFAULTS or len(_key_bytes(secret)) < MIN_SECRET_BYTES:
+                problems.append(
+                    f"{name} holds a known default or a key shorter than {MIN_SECRET_BYTES} bytes"
+                )
+    if problems:
+        raise ConfigurationError("insecure configuration: " + "; ".join(problems))
+
+
+def _key_bytes(secret: str) -> bytes:
+    raw = secret.removeprefix("whsec_")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except ValueError:
+        return raw.encode()
 
 
 def load_settings() -> Settings:

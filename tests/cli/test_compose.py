@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer.main
 import yaml
 
+from persistence.db import ConfigurationError
 from workers.cli import app
 from workers.settings import Settings
 
@@ -72,8 +74,39 @@ def test_redis_keeps_messages_and_every_service_is_supervised() -> None:
     assert "inspect ping" in worker_check  # proves it consumes, not only that it lives
 
 
+REQUIRED_FROM_ENV = {
+    "AIRLOCK_WEBHOOK_SECRET": "whsec_" + "c3Ryb25nLWtleS1mb3ItdGhlLWNvbXBvc2UtdGVzdA==",
+    "AIRLOCK_API_TOKEN": "a-strong-token-from-dot-env",
+}
+
+
 def _default(value: object) -> str:
+    """What compose puts in a variable: its default, or for a required one (``:?``)
+    what the operator's .env gives."""
     text = str(value)
     if text.startswith("${") and ":-" in text:
         return text.split(":-", 1)[1].rstrip("}")
+    if text.startswith("${") and ":?" in text:
+        return REQUIRED_FROM_ENV[text[2:].split(":?", 1)[0]]
     return text
+
+
+def test_secrets_have_no_public_defaults_and_the_api_is_local() -> None:
+    from workers.settings import check_secrets
+
+    for name in ("api", "worker", "beat"):
+        env = services()[name]["environment"]
+        for variable in ("AIRLOCK_WEBHOOK_SECRET", "AIRLOCK_API_TOKEN"):
+            assert ":?" in str(env[variable]), f"{name}: {variable} has a default"
+    assert all(str(p).startswith("127.0.0.1:") for p in services()["api"]["ports"])
+    for weak in ({"api_token": "change-me"}, {"api_token": "short"}):
+        with pytest.raises(ConfigurationError, match="AIRLOCK_API_TOKEN"):
+            check_secrets(Settings.model_validate(weak))
+    old_default = "whsec_Y2hhbmdlLW1lLWNoYW5nZS1tZS1jaGFuZ2UtbWU="
+    with pytest.raises(ConfigurationError, match="AIRLOCK_WEBHOOK_SECRET"):
+        check_secrets(Settings.model_validate({"webhook_secret": old_default}))
+    check_secrets(
+        Settings.model_validate(
+            {k.removeprefix("AIRLOCK_").lower(): v for k, v in REQUIRED_FROM_ENV.items()}
+        )
+    )
