@@ -61,6 +61,8 @@ class Run:
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
     run by every read); open it with ``RunRepository.load_state``."""
+    unreadable: str | None = None
+    """Why a sealed column of the run (read as empty) could not be opened."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,8 @@ class Claim:
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint (the state of the last suspension, or of a failed run's last
     one); open it with ``RunRepository.load_state``."""
+    unreadable: str | None = None
+    """Why the input (read as empty) could not be opened: the segment fails the run."""
 
     @property
     def has_checkpoint(self) -> bool:

@@ -196,3 +196,31 @@ class DecisionRow(Base):
     created_at: Mapped[datetime]
 
     __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)
+
+
+class OutboxRow(Base):
+    """An outbound notification, written by the transition that causes it and delivered
+    (and retried) by workers: a wake-up that is lost, or a worker that dies mid-delivery,
+    leaves it due here, never lost."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(String(40))
+    webhook_id: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    due_at: Mapped[datetime | None]
+    """When a deliverer may take it next (a taker moves it on by its lease); none once
+    it is settled (delivered, or given up after the last attempt)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    body: Mapped[str | None] = mapped_column(Text)
+    """The event as first built (sealed when a key is set): every retry sends the same."""
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(SafeText)
+    delivered_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        Index("ix_outbox_due", "due_at", postgresql_where=text("due_at IS NOT NULL"),
+              sqlite_where=text("due_at IS NOT NULL")),
+    )  # fmt: skip

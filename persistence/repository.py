@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import threading
 import uuid
@@ -42,7 +43,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.selectable import CTE, FromClause
 
 from loop import StateError, SuspendedRunState, Usage
-from persistence.crypto import StateCipher
+from persistence.crypto import SEALED_MARKS, StateCipher
 from persistence.domain import (
     ACTIVE,
     TERMINAL,
@@ -60,6 +61,7 @@ from persistence.domain import (
 )
 from persistence.driver import DriverStatement
 from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow, from_db_text
+from persistence.outbox import OUTBOX, OutboxStore, new_notification
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -106,6 +108,7 @@ class RunRepository:
         self._cipher = cipher or StateCipher()
         self._now = clock
         self._statements: dict[Hashable, Any] = {}
+        self.outbox = OutboxStore(engine, self._cipher, clock)
 
     def _dispose_siblings(self, _engine: Engine) -> None:
         """Their pools go with the engine's."""
@@ -194,7 +197,7 @@ class RunRepository:
             "agent": agent,
             "status": RunStatus.QUEUED.value,
             "termination": None,
-            "input": input,
+            "input": self._cipher.seal_text(input),
             "output": None,
             "error": None,
             "iterations": 0,
@@ -225,7 +228,7 @@ class RunRepository:
             if existing is None:
                 raise
             return existing, False
-        return _to_run(values | {"has_checkpoint": False}), True
+        return self._run(values | {"has_checkpoint": False}), True
 
     def _insert_run(
         self,
@@ -236,7 +239,7 @@ class RunRepository:
         if first_event is None:
             s.execute(insert(RUNS).values(values))
             return
-        kind, payload = first_event
+        kind, payload = first_event[0], self._cipher.seal_json(first_event[1])
         if self.engine.dialect.name == "postgresql":  # one statement
             columns = tuple(values)
             statement = self._driver(("create", columns), lambda: _create_statement(columns))
@@ -250,7 +253,7 @@ class RunRepository:
     def _by_idempotency_key(self, key: str) -> Run | None:
         with self._one() as s:
             row = s.execute(_run_select().where(RUNS.c.idempotency_key == key)).first()
-            return _to_run(row._mapping) if row is not None else None
+            return self._run(row._mapping) if row is not None else None
 
     def get(self, run_id: str) -> Run | None:
         rid = parse_run_id(run_id)
@@ -258,7 +261,28 @@ class RunRepository:
             return None
         with self._one() as s:
             row = s.execute(_run_select().where(RUNS.c.id == rid)).first()
-            return _to_run(row._mapping) if row is not None else None
+            return self._run(row._mapping) if row is not None else None
+
+    def _run(self, row: Mapping[Any, Any]) -> Run:
+        """The run of ``row``, its sealed columns opened. One that cannot be opened (a
+        key that was dropped) reads as empty, with ``unreadable`` saying why: it is
+        this run's problem alone, and every other run reads on."""
+        run = _to_run(row)
+        sealed = {
+            name: value
+            for name, value in (("input", run.input), ("output", run.output), ("error", run.error))
+            if value is not None and value.startswith(SEALED_MARKS)
+        }
+        if not sealed:
+            return run
+        opened: dict[str, Any] = {}
+        for name, value in sealed.items():
+            try:
+                opened[name] = self._cipher.open_text(value, f"the run's {name}")
+            except StateError as exc:
+                opened[name] = "" if name == "input" else None
+                opened["unreadable"] = str(exc)
+        return dataclasses.replace(run, **opened)
 
     def require(self, run_id: str) -> Run:
         run = self.get(run_id)
@@ -279,9 +303,12 @@ class RunRepository:
         lease_expired: bool = False,
         events: Sequence[Event] = (),
         calls: Sequence[CallRecord] = (),
+        notify: str | None = None,
     ) -> bool:
         """The guarded UPDATE, and with it ``events`` (and the ``calls`` they tell of):
-        the audit record of the transition exists exactly when the transition happened."""
+        the audit record of the transition exists exactly when the transition happened.
+        ``notify``: the type of the outbound notification the transition causes, put in
+        the outbox by the same statement."""
         rid = parse_run_id(run_id)
         if rid is None:
             return False
@@ -317,13 +344,18 @@ class RunRepository:
         if events and self.engine.dialect.name == "postgresql":
             # a transition needs only to know whether it happened: no rows back
             sent = self._send_with_events(
-                session, key, build, params, events, calls=calls, numbers=False
+                session, key, build, params, events, calls=calls, notify=notify, numbers=False
             )
             return sent.rowcount == len(events)
         if events:
-            return bool(self._with_events(session, key, build, params, events, calls=calls))
-        if calls:
-            raise ValueError("calls are recorded with the events that tell of them")
+            seqs = self._with_events(
+                session, key, build, params, events, calls=calls, notify=notify
+            )
+            return bool(seqs)
+        if calls or notify:
+            raise ValueError(
+                "calls and notifications are recorded with the events that tell of them"
+            )
         return int(session.execute(self._statement(key, build), params).rowcount) == 1
 
     def claim(
@@ -364,7 +396,14 @@ class RunRepository:
             return None
         _, agent, input, attempts, turn_digest, ledger, sealed = row
         input = from_db_text(input)  # the driver's rows skip the column types' processing
-        return Claim(str(rid), agent, input, attempts, turn_digest, bool(ledger), sealed)
+        unreadable = None
+        try:
+            input = self._cipher.open_text(input, "the run's input")
+        except StateError as exc:  # the segment fails the run with it
+            input, unreadable = "", str(exc)
+        return Claim(
+            str(rid), agent, input, attempts, turn_digest, bool(ledger), sealed, unreadable
+        )
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         rid = parse_run_id(run_id)
@@ -389,6 +428,7 @@ class RunRepository:
         *,
         events: Sequence[Event] = (),
         calls: Sequence[CallRecord] = (),
+        notify: str | None = None,
     ) -> bool:
         """running → waiting_for_approval, storing the checkpoint and the counters."""
         with self._one() as s:
@@ -412,6 +452,7 @@ class RunRepository:
                 owner=owner,
                 events=events,
                 calls=calls,
+                notify=notify,
             )
 
     def checkpoint(
@@ -457,6 +498,7 @@ class RunRepository:
         usage: Usage | None = None,
         events: Sequence[Event] = (),
         calls: Sequence[CallRecord] = (),
+        notify: str | None = None,
     ) -> bool:
         """→ a terminal status; clears the lease, and the checkpoint unless the run failed.
         ``events`` (and ``calls``) are written in the same statement, only if the
@@ -466,8 +508,8 @@ class RunRepository:
         values: dict[str, Any] = {
             "status": status.value,
             "termination": termination,
-            "output": output,
-            "error": error,
+            "output": None if output is None else self._cipher.seal_text(output),
+            "error": None if error is None else self._cipher.seal_text(error),
             "lease_owner": None,
             "lease_expires_at": None,
             "expires_at": None,
@@ -481,9 +523,13 @@ class RunRepository:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-        return self._transition_with(run_id, expected, values, events, owner=owner, calls=calls)
+        return self._transition_with(
+            run_id, expected, values, events, owner=owner, calls=calls, notify=notify
+        )
 
-    def cancel(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
+    def cancel(
+        self, run_id: str, *, events: Sequence[Event] = (), notify: str | None = None
+    ) -> bool:
         """Any non-terminal status → cancelled."""
         return self.finish(
             run_id,
@@ -491,9 +537,17 @@ class RunRepository:
             expected=tuple(ACTIVE),
             termination="cancelled",
             events=events,
+            notify=notify,
         )
 
-    def expire(self, run_id: str, turn_digest: str, *, events: Sequence[Event] = ()) -> bool:
+    def expire(
+        self,
+        run_id: str,
+        turn_digest: str,
+        *,
+        events: Sequence[Event] = (),
+        notify: str | None = None,
+    ) -> bool:
         """waiting_for_approval → cancelled, only while the run still waits on this turn
         and its approval has expired, as of this statement: a decision that won a
         moment before keeps its run."""
@@ -512,6 +566,7 @@ class RunRepository:
                 turn_digest=turn_digest,
                 expired=True,
                 events=events,
+                notify=notify,
             )
 
     def retry(self, run_id: str, *, events: Sequence[Event] = ()) -> bool:
@@ -538,17 +593,20 @@ class RunRepository:
         *,
         owner: str | None = None,
         calls: Sequence[CallRecord] = (),
+        notify: str | None = None,
     ) -> bool:
         """A guarded transition and the audit events that tell of it, atomically:
         whoever sees the new status also sees why."""
         with self._one() as s:
             return self._transition(
-                s, run_id, expected, values, owner=owner, events=events, calls=calls
+                s, run_id, expected, values, owner=owner, events=events, calls=calls, notify=notify
             )
 
-    def reclaim_expired_leases(self, max_attempts: int, limit: int = 500) -> Reclaimed:
+    def reclaim_expired_leases(
+        self, max_attempts: int, limit: int = 500, *, notify: bool = False
+    ) -> Reclaimed:
         """running runs whose lease expired (their worker died) → queued, or failed after
-        ``max_attempts`` claims."""
+        ``max_attempts`` claims. ``notify``: a run failed so tells of it in the outbox."""
         now = self._now()
         requeued: list[str] = []
         failed: list[str] = []
@@ -561,15 +619,18 @@ class RunRepository:
             for rid, attempts, owner in rows:
                 give_up = attempts >= max_attempts
                 values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+                error = (
+                    f"the run's worker was lost {attempts} times "
+                    f"(lease expired); giving up after {max_attempts} attempts"
+                )
                 if give_up:
                     values |= {
                         "status": RunStatus.FAILED.value,
-                        "error": f"the run's worker was lost {attempts} times "
-                        f"(lease expired); giving up after {max_attempts} attempts",
+                        "error": self._cipher.seal_text(error),
                     }
                 else:
                     values["status"] = RunStatus.QUEUED.value
-                events: list[Event] = [("failed", {"error": values["error"]})] if give_up else []
+                events: list[Event] = [("failed", {"error": error})] if give_up else []
                 if self._transition(
                     s,
                     str(rid),
@@ -578,6 +639,7 @@ class RunRepository:
                     owner=owner,
                     lease_expired=True,
                     events=events,
+                    notify="run.failed" if give_up and notify else None,
                 ):
                     (failed if give_up else requeued).append(str(rid))
         return Reclaimed(tuple(requeued), tuple(failed))
@@ -661,7 +723,7 @@ class RunRepository:
         query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc()).limit(limit + 1)
         with self._one() as s:
             rows = s.execute(query).all()
-            runs = tuple(_to_run(r._mapping) for r in rows[:limit])
+            runs = tuple(self._run(r._mapping) for r in rows[:limit])
         next_cursor = _encode_cursor(runs[-1]) if len(rows) > limit else None
         return Page(runs, next_cursor)
 
@@ -791,6 +853,7 @@ class RunRepository:
         events: Sequence[Event],
         *,
         calls: Sequence[CallRecord] = (),
+        notify: str | None = None,
     ) -> list[int]:
         """Run the UPDATE ``build`` makes (of at most one run; its shape is ``key``),
         reserving ``len(events)`` numbers of the run's event sequence in the same
@@ -803,13 +866,16 @@ class RunRepository:
 
         ``calls`` are recorded in the ledger by the same statement (on SQLite, one more),
         only if the UPDATE matched; a call already recorded keeps its first record.
+        So is the outbound notification of type ``notify``, if any.
         """
         k, m = len(events), len(calls)
         if m and not k:
             raise ValueError("calls are recorded with the events that tell of them")
 
         if self.engine.dialect.name == "postgresql":
-            sent = self._send_with_events(s, key, build, params, events, calls=calls, numbers=True)
+            sent = self._send_with_events(
+                s, key, build, params, events, calls=calls, notify=notify, numbers=True
+            )
             return sorted(int(seq) for (seq,) in sent)
         now = self._now()
         moved = self._statement(("moved", key, k), lambda: _reserving(build, k))
@@ -820,14 +886,18 @@ class RunRepository:
         s.execute(
             insert(EVENTS),
             [
-                {"run_id": row.id, "seq": first + i, "kind": kind, "payload": payload,
-                 "created_at": now}
+                {"run_id": row.id, "seq": first + i, "kind": kind,
+                 "payload": self._cipher.seal_json(payload), "created_at": now}
                 for i, (kind, payload) in enumerate(events)
             ],
         )  # fmt: skip
         if calls:
             record = sqlite_insert(CALLS).on_conflict_do_nothing(index_elements=_CALL_KEY)
-            s.execute(record, [_call_row(call) | {"run_id": row.id} for call in calls])
+            s.execute(
+                record, [_call_row(call, self._cipher) | {"run_id": row.id} for call in calls]
+            )
+        if notify is not None:
+            s.execute(insert(OUTBOX).values(new_notification(row.id, notify, now)))
         return list(range(first, first + k))
 
     def _send_with_events(
@@ -839,18 +909,23 @@ class RunRepository:
         events: Sequence[Event],
         *,
         calls: Sequence[CallRecord],
+        notify: str | None = None,
         numbers: bool,
     ) -> psycopg.Cursor[Any]:
         """PostgreSQL: the one statement of ``_with_events``, returning the events'
         numbers, or (``numbers`` False) no rows, only its count."""
-        k, m = len(events), len(calls)
+        k, m, o = len(events), len(calls), notify is not None
 
         def statement() -> Insert:
-            inserted = _insert_events(_reserving(build, k).cte("moved"), k, calls=m)
+            moved = _reserving(build, k).cte("moved")
+            inserted = _insert_events(moved, k, calls=m, notify=o)
             return inserted.returning(EVENTS.c.seq) if numbers else inserted
 
-        params |= _event_params(events, self._now()) | _call_params(calls)
-        return self._driver(("events", key, k, m, numbers), statement).execute(s, params)
+        now = self._now()
+        params |= _event_params(events, now, self._cipher) | _call_params(calls, self._cipher)
+        if notify is not None:
+            params |= _notify_params(notify, now)
+        return self._driver(("events", key, k, m, o, numbers), statement).execute(s, params)
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         rid = parse_run_id(run_id)
@@ -862,8 +937,16 @@ class RunRepository:
                 .limit(limit)
             ).all()
             return [
-                RunEvent(str(r.run_id), r.seq, r.kind, dict(r.payload), r.created_at) for r in rows
+                RunEvent(str(r.run_id), r.seq, r.kind, self._payload(r.payload), r.created_at)
+                for r in rows
             ]
+
+    def _payload(self, stored: dict[str, Any]) -> dict[str, JsonValue]:
+        """An event's payload, opened; one that cannot be opened says so instead."""
+        try:
+            return self._cipher.open_json(stored, "an event's payload")
+        except StateError as exc:
+            return {"unreadable": str(exc)}
 
     # -- decisions ------------------------------------------------------------
 
@@ -891,7 +974,7 @@ class RunRepository:
         row: dict[str, Any] = {
             "run_id": rid,
             "turn_digest": turn_digest,
-            "decision": decision,
+            "decision": self._cipher.seal_json(decision),
             "approver": approver,
             "webhook_id": webhook_id,
             "created_at": now,
@@ -906,7 +989,7 @@ class RunRepository:
                     statement = self._driver(
                         ("decide", k, expiry), lambda: _decide_statement(k, moving)
                     )
-                    params |= _event_params(events, now) if events else {}
+                    params |= _event_params(events, now, self._cipher) if events else {}
                     won = statement.execute(s, params).rowcount > 0
                 elif events:
                     key = ("decide", expiry)
@@ -939,7 +1022,7 @@ class RunRepository:
                     .first()
                 )
                 if replay is not None and str(replay["run_id"]) == run_id:
-                    return DecisionOutcome("duplicate", _to_decision(replay))
+                    return DecisionOutcome("duplicate", _to_decision(replay, self._cipher))
                 if replay is not None:
                     return DecisionOutcome(
                         "conflict", None, "this webhook-id was already used for another run"
@@ -974,7 +1057,7 @@ class RunRepository:
 
     def _decision(self, s: Connection, run_id: str, turn_digest: str) -> DecisionRecord | None:
         row = _row_of(s, DECISIONS, run_id, turn_digest=turn_digest)
-        return _to_decision(row) if row is not None else None
+        return _to_decision(row, self._cipher) if row is not None else None
 
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._one() as s:
@@ -995,7 +1078,7 @@ class RunRepository:
                     "call_id": call_id,
                     "tool": tool,
                     "effect": effect,
-                    "arguments": arguments,
+                    "arguments": self._cipher.seal_json(arguments),
                     "status": CallStatus.STARTED.value,
                     "result": None,
                     "is_error": False,
@@ -1003,7 +1086,7 @@ class RunRepository:
                     "started_at": self._now(),
                 }
                 s.execute(insert(CALLS).values(row))
-                return _to_entry(row), True
+                return _to_entry(row, self._cipher), True
         except IntegrityError:
             existing = self.recorded_call(run_id, call_id)
             assert existing is not None, "a ledger row is never deleted while its run lives"
@@ -1012,7 +1095,7 @@ class RunRepository:
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._one() as s:
             row = _row_of(s, CALLS, run_id, call_id=call_id)
-        return _to_entry(row) if row is not None else None
+        return _to_entry(row, self._cipher) if row is not None else None
 
     def record_calls(self, run_id: str, calls: Sequence[CallRecord]) -> None:
         """Record calls that ran, with their results, in one write (reads: nothing to be
@@ -1022,7 +1105,7 @@ class RunRepository:
         with self._one() as s:
             s.execute(
                 insert_(CALLS).on_conflict_do_nothing(index_elements=_CALL_KEY),
-                [_call_row(call) | {"run_id": rid} for call in calls],
+                [_call_row(call, self._cipher) | {"run_id": rid} for call in calls],
             )
 
     def restart_call(self, run_id: str, call_id: str) -> None:
@@ -1045,7 +1128,10 @@ class RunRepository:
                     CALLS.c.status == CallStatus.STARTED.value,
                 )
                 .values(
-                    status=status.value, result=result, is_error=is_error, finished_at=self._now()
+                    status=status.value,
+                    result=self._cipher.seal_text(result),
+                    is_error=is_error,
+                    finished_at=self._now(),
                 )
             )
 
@@ -1058,14 +1144,14 @@ class RunRepository:
                     CALLS.c.status == CallStatus.STARTED.value,
                 )
             ).mappings()
-            return [_to_entry(r) for r in rows]
+            return [_to_entry(r, self._cipher) for r in rows]
 
     def ledger(self, run_id: str) -> list[LedgerEntry]:
         with self._one() as s:
             rows = s.execute(
                 select(CALLS).where(CALLS.c.run_id == uuid.UUID(run_id)).order_by(CALLS.c.id)
             ).mappings()
-            return [_to_entry(r) for r in rows]
+            return [_to_entry(r, self._cipher) for r in rows]
 
     # -- retention --------------------------------------------------------------
 
@@ -1197,12 +1283,18 @@ _EVENT_COLUMNS = ["run_id", "seq", "kind", "payload", "created_at"]
 
 
 def _insert_events(
-    moved: CTE, k: int, source: FromClause | None = None, *, calls: int = 0
+    moved: CTE,
+    k: int,
+    source: FromClause | None = None,
+    *,
+    calls: int = 0,
+    notify: bool = False,
 ) -> Insert:
     """INSERT ``k`` events (bound as ``_event_params`` names them) under the sequence
     numbers ``moved`` (a CTE of one run's UPDATE returning ``id`` and the raised
     ``event_seq``) reserved for them; and with them ``calls`` ledger records (bound as
-    ``_call_params`` names them), in a CTE of their own."""
+    ``_call_params`` names them), in a CTE of their own; and ``notify``, an outbox row
+    (bound as ``_notify_params`` names it), in another."""
     rows = [
         select(
             moved.c.id,
@@ -1216,7 +1308,29 @@ def _insert_events(
     statement = insert(EVENTS).from_select(_EVENT_COLUMNS, rows[0] if k == 1 else union_all(*rows))
     if calls:
         statement = statement.add_cte(_record_calls(moved, calls))
+    if notify:
+        statement = statement.add_cte(_record_notification(moved))
     return statement
+
+
+def _record_notification(moved: CTE) -> CTE:
+    """INSERT the outbox row of the run ``moved`` updated: the PostgreSQL form of
+    ``new_notification``."""
+    source = select(
+        moved.c.id,
+        bindparam("o_type", type_=OUTBOX.c.event_type.type),
+        bindparam("o_webhook_id", type_=OUTBOX.c.webhook_id.type),
+        bindparam("event_at", type_=OUTBOX.c.created_at.type),
+        bindparam("event_at", type_=OUTBOX.c.due_at.type),
+        literal(0, OUTBOX.c.attempts.type),
+    ).select_from(moved)
+    columns = ["run_id", "event_type", "webhook_id", "created_at", "due_at", "attempts"]
+    return insert(OUTBOX).from_select(columns, source).cte("notified")
+
+
+def _notify_params(event_type: str, now: datetime) -> dict[str, Any]:
+    row = new_notification(None, event_type, now)
+    return {"o_type": row["event_type"], "o_webhook_id": row["webhook_id"]}
 
 
 _CALL_KEY = ["run_id", "call_id"]
@@ -1244,15 +1358,15 @@ def _record_calls(moved: CTE, m: int) -> CTE:
     return recorded.cte("recorded")
 
 
-def _call_row(call: CallRecord) -> dict[str, Any]:
+def _call_row(call: CallRecord, cipher: StateCipher) -> dict[str, Any]:
     status = CallStatus.FAILED if call.is_error else CallStatus.SUCCEEDED
     return {
         "call_id": call.call_id,
         "tool": call.tool,
         "effect": call.effect,
-        "arguments": call.arguments,
+        "arguments": cipher.seal_json(call.arguments),
         "status": status.value,
-        "result": call.result,
+        "result": cipher.seal_text(call.result),
         "is_error": call.is_error,
         "attempts": 1,
         "started_at": call.started_at,
@@ -1260,10 +1374,10 @@ def _call_row(call: CallRecord) -> dict[str, Any]:
     }
 
 
-def _call_params(calls: Sequence[CallRecord]) -> dict[str, Any]:
+def _call_params(calls: Sequence[CallRecord], cipher: StateCipher) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for j, call in enumerate(calls):
-        params |= {f"c{j}_{c}": v for c, v in _call_row(call).items()}
+        params |= {f"c{j}_{c}": v for c, v in _call_row(call, cipher).items()}
     return params
 
 
@@ -1323,10 +1437,10 @@ def _waiting_to_queued(*, expiry: bool = False) -> Update:
     )
 
 
-def _event_params(events: Sequence[Event], now: datetime) -> dict[str, Any]:
+def _event_params(events: Sequence[Event], now: datetime, cipher: StateCipher) -> dict[str, Any]:
     params: dict[str, Any] = {"event_at": now}
     for i, (kind, payload) in enumerate(events):
-        params |= {f"kind_{i}": kind, f"payload_{i}": payload}
+        params |= {f"kind_{i}": kind, f"payload_{i}": cipher.seal_json(payload)}
     return params
 
 
@@ -1340,7 +1454,7 @@ def _run_select() -> Select[Any]:
     return select(*_RUN_COLUMNS, _HAS_CHECKPOINT, _WAITING_CHECKPOINT)
 
 
-def _to_run(row: Mapping[Any, Any], checkpoint: str | None = None) -> Run:
+def _to_run(row: Mapping[Any, Any]) -> Run:
     return Run(
         id=str(row["id"]),
         agent=row["agent"],
@@ -1363,29 +1477,30 @@ def _to_run(row: Mapping[Any, Any], checkpoint: str | None = None) -> Run:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         version=row["version"],
-        checkpoint=checkpoint if checkpoint is not None else row.get("checkpoint"),
+        checkpoint=row.get("checkpoint"),
     )
 
 
-def _to_decision(row: Mapping[Any, Any]) -> DecisionRecord:
+def _to_decision(row: Mapping[Any, Any], cipher: StateCipher) -> DecisionRecord:
     return DecisionRecord(
         str(row["run_id"]),
         row["turn_digest"],
-        dict(row["decision"]),
+        cipher.open_json(row["decision"], "a decision"),
         row["approver"],
         row["webhook_id"],
         row["created_at"],
     )
 
 
-def _to_entry(row: Mapping[Any, Any]) -> LedgerEntry:
+def _to_entry(row: Mapping[Any, Any], cipher: StateCipher) -> LedgerEntry:
+    result = row["result"]
     return LedgerEntry(
         str(row["run_id"]),
         row["call_id"],
         row["tool"],
         row["effect"],
         CallStatus(row["status"]),
-        row["result"],
+        None if result is None else cipher.open_text(result, "a recorded result"),
         bool(row["is_error"]),
         row["attempts"],
     )

@@ -16,10 +16,9 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
-from pydantic import JsonValue
 
 from workers import embedded_broker, metrics
-from workers.notify import DeliveryError, build_event, deliver
+from workers.notify import deliver_due
 from workers.runtime import service
 from workers.service import EventType, is_database_error
 from workers.settings import Settings, settings
@@ -31,6 +30,7 @@ SWEEP = "airlock.sweep.v1"
 EXPIRE = "airlock.expire_approvals.v1"
 PURGE = "airlock.purge.v1"
 NOTIFY = "airlock.notify.v1"
+DELIVER = "airlock.deliver_notifications.v1"
 QUEUE = "airlock"
 
 
@@ -78,6 +78,7 @@ def make_app(config: Settings) -> Celery:
             "sweep": {"task": SWEEP, "schedule": config.sweep_interval},
             "expire-approvals": {"task": EXPIRE, "schedule": config.sweep_interval},
             "purge": {"task": PURGE, "schedule": 3600.0},
+            "deliver-notifications": {"task": DELIVER, "schedule": config.sweep_interval},
         },
     )
     return celery
@@ -94,9 +95,9 @@ def enqueue_segment(run_id: str, delay: float | None = None) -> None:
 
 
 def notify_run(event_type: EventType, run_id: str) -> None:
+    """Wake a deliverer: the transition recorded the notification in the outbox."""
     log.debug(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
-    if settings().notify_url:
-        notify.apply_async((event_type, run_id))
+    deliver_notifications.apply_async()
 
 
 @worker_init.connect
@@ -142,37 +143,23 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
         ) from exc
 
 
-@app.task(bind=True, name=NOTIFY, max_retries=10)
-def notify(
-    self: Task[Any, Any],
-    event_type: EventType,
-    run_id: str,
-    event: dict[str, JsonValue] | None = None,
-) -> int:
-    """Deliver one notification; retried with backoff under the same webhook-id, carrying
-    the event as first built, so receivers can deduplicate."""
+@app.task(name=DELIVER)
+def deliver_notifications() -> int:
+    """Deliver what the outbox holds due; returns how many were delivered."""
     config = settings()
     if not config.notify_url:
         return 0
-    event = event or build_event(service(), event_type, run_id)
-    webhook_id = f"msg_{self.request.id}"
-    attempt = self.request.retries + 1
-    record: dict[str, JsonValue] = {
-        "type": event_type,
-        "webhook_id": webhook_id,
-        "attempt": attempt,
-    }
-    try:
-        delivery = deliver(config.notify_url, config.notify_secret, event, webhook_id=webhook_id)
-    except DeliveryError as exc:
-        service().repo.append_event(run_id, "notify_failed", {**record, "error": str(exc)})
-        raise self.retry(
-            exc=exc,
-            countdown=_backoff(self.request.retries),
-            kwargs={"event_type": event_type, "run_id": run_id, "event": event},
-        ) from exc
-    service().repo.append_event(run_id, "notified", {**record, "status": delivery.status_code})
-    return delivery.status_code
+    return deliver_due(service(), config.notify_url, config.notify_secret).delivered
+
+
+@app.task(name=NOTIFY)
+def notify(event_type: EventType, run_id: str, event: object = None) -> int:
+    """A notification an earlier version queued as a task of its own: into the outbox
+    with it, then delivered as every other."""
+    del event
+    if settings().notify_url:
+        service().repo.outbox.add(run_id, event_type)
+    return int(deliver_notifications())
 
 
 @app.task(name=SWEEP)

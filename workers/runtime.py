@@ -9,7 +9,7 @@ from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.repository import RunRepository
 from workers.registry import Registry
-from workers.service import Enqueue, Limits, Notify, Service, no_notify
+from workers.service import Enqueue, Limits, Notify, Service
 from workers.settings import Settings, settings
 
 
@@ -23,7 +23,7 @@ def limits_of(config: Settings) -> Limits:
     )
 
 
-def build_service(config: Settings, enqueue: Enqueue, notify: Notify = no_notify) -> Service:
+def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = None) -> Service:
     repo = RunRepository(make_engine(config.database_url), cipher=StateCipher(config.state_key))
     return Service(
         repo=repo,
@@ -39,4 +39,5 @@ def service() -> Service:
     """The process's service, publishing wake-ups through the Celery app."""
     from workers.celery_app import enqueue_segment, notify_run  # noqa: PLC0415 - cycle
 
-    return build_service(settings(), enqueue_segment, notify_run)
+    config = settings()
+    return build_service(config, enqueue_segment, notify_run if config.notify_url else None)

@@ -54,11 +54,8 @@ class Enqueue(Protocol):
 
 class Notify(Protocol):
     def __call__(self, event_type: EventType, run_id: str) -> None:
-        """Tell the outside world a run started waiting or settled."""
-
-
-def no_notify(event_type: EventType, run_id: str) -> None:
-    del event_type, run_id
+        """Wake a deliverer of the outbox: a notification of this type was just recorded
+        for the run. Losing it is safe: the beat delivers what is due."""
 
 
 class ConflictError(Exception):
@@ -129,7 +126,9 @@ class Service:
     repo: RunRepository
     registry: Registry
     enqueue: Enqueue
-    notify: Notify = no_notify
+    notify: Notify | None = None
+    """Set when notifications are sent: transitions that start or end a wait record them
+    in the outbox, and this wakes a deliverer after the commit."""
     limits: Limits = field(default_factory=Limits)
     clock: Clock = utcnow
     _keeper: _Keeper = field(init=False, repr=False)
@@ -162,6 +161,22 @@ class Service:
             self._wake(run.id)
             log.info("run created", extra={"action": "run.created", "run_id": run.id})
         return run, created
+
+    def _notifies(self, event_type: EventType) -> EventType | None:
+        """The notification a transition records in the outbox, if they are sent."""
+        return event_type if self.notify is not None else None
+
+    def _announce(self, event_type: EventType, run_id: str) -> None:
+        if self.notify is None:
+            return
+        try:
+            self.notify(event_type, run_id)
+        except Exception:  # recorded in the outbox: the beat's delivery sends it
+            log.warning(
+                "could not wake a deliverer; the beat will deliver the notification",
+                extra={"action": "notify.wake_failed", "run_id": run_id},
+                exc_info=True,
+            )
 
     def _wake(self, run_id: str, delay: float | None = None) -> None:
         try:
@@ -207,6 +222,8 @@ class Service:
 
     def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
         agent = self.registry.get(run.agent)
+        if run.unreadable is not None:
+            raise StateError(run.unreadable)
         state = self.repo.load_state(run) if run.has_checkpoint else None
         if state is not None:
             sink.usage = state.usage
@@ -246,10 +263,13 @@ class Service:
     ) -> SegmentResult:
         expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
         events, calls = pending
-        if not self.repo.suspend(run.id, owner, state, expires, events=events, calls=calls):
+        notify = self._notifies("run.waiting_for_approval")
+        if not self.repo.suspend(
+            run.id, owner, state, expires, events=events, calls=calls, notify=notify
+        ):
             return self._lease_lost(run, owner)
         log.debug("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
-        self.notify("run.waiting_for_approval", run.id)
+        self._announce("run.waiting_for_approval", run.id)
         return SegmentResult(Outcome.SUSPENDED)
 
     def _complete(
@@ -265,21 +285,27 @@ class Service:
             usage=result.usage,
             events=pending.events,
             calls=pending.calls,
+            notify=self._notifies("run.completed"),
         )
         if not finished:
             return self._lease_lost(run, owner)
         log.debug("completed", extra={"action": "segment.completed", "run_id": run.id})
-        self.notify("run.completed", run.id)
+        self._announce("run.completed", run.id)
         return SegmentResult(Outcome.COMPLETED)
 
     def _fail(self, run: Claim, owner: str, error: str) -> SegmentResult:
         failed: Event = ("failed", {"error": error})
         if not self.repo.finish(
-            run.id, RunStatus.FAILED, owner=owner, error=error, events=[failed]
+            run.id,
+            RunStatus.FAILED,
+            owner=owner,
+            error=error,
+            events=[failed],
+            notify=self._notifies("run.failed"),
         ):
             return self._lease_lost(run, owner)
         log.warning(error, extra={"action": "segment.failed", "run_id": run.id})
-        self.notify("run.failed", run.id)
+        self._announce("run.failed", run.id)
         return SegmentResult(Outcome.FAILED, error=error)
 
     def _retry_later(self, run: Claim, owner: str, exc: Exception) -> SegmentResult:
@@ -380,10 +406,12 @@ class Service:
         written with the transition."""
         run = self.repo.require(run_id)
         cancelled: Event = ("cancelled", {"by": by, "was": run.status.value})
-        if not self.repo.cancel(run_id, events=[*also, cancelled]):
+        if not self.repo.cancel(
+            run_id, events=[*also, cancelled], notify=self._notifies("run.cancelled")
+        ):
             current = self.repo.require(run_id)
             raise ConflictError(f"run is {current.status}; only unfinished runs can be cancelled")
-        self.notify("run.cancelled", run_id)
+        self._announce("run.cancelled", run_id)
         return self.repo.require(run_id)
 
     def retry(self, run_id: str, *, by: str | None = None) -> Run:
@@ -420,17 +448,21 @@ class Service:
                     continue  # decided or cancelled meanwhile
             else:
                 cancelled: Event = ("cancelled", {"by": "airlock:expiry", "was": run.status.value})
-                if not self.repo.expire(run_id, run.turn_digest, events=[event, cancelled]):
+                notify = self._notifies("run.cancelled")
+                events = [event, cancelled]
+                if not self.repo.expire(run_id, run.turn_digest, events=events, notify=notify):
                     continue  # decided or cancelled meanwhile
-                self.notify("run.cancelled", run_id)
+                self._announce("run.cancelled", run_id)
             expired.append(run_id)
         return tuple(expired)
 
     def sweep(self) -> SweepReport:
         """Recover what a broker dropped or a dead worker left behind."""
-        reclaimed = self.repo.reclaim_expired_leases(self.limits.max_attempts)
+        reclaimed = self.repo.reclaim_expired_leases(
+            self.limits.max_attempts, notify=self.notify is not None
+        )
         for run_id in reclaimed.failed:
-            self.notify("run.failed", run_id)
+            self._announce("run.failed", run_id)
         stale = self.repo.stale_queued(self.limits.queued_stale_after)
         self.repo.touch_queued(stale)
         for run_id in (*reclaimed.requeued, *stale):

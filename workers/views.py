@@ -71,7 +71,7 @@ def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
             "completion_tokens": run.usage.completion_tokens,
         },
         "output": run.output,
-        "error": run.error,
+        "error": run.unreadable or run.error,  # a sealed column this key cannot open
         "metadata": run.metadata,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),

@@ -6,6 +6,7 @@ statement boundary (a hook runs the competing statement there), never slept for.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -443,3 +444,121 @@ def test_nul_and_surrogates_in_a_writes_result_and_the_answer_are_kept(engine: E
     assert (entry.status, entry.result) == (CallStatus.SUCCEEDED, "sent\x00 \ud800")
     kinds = [e.kind for e in service.repo.events(run.id)]
     assert kinds[-1] == "completed" and "tool" in kinds
+
+
+# -- 5. with a key, everything holding prompt or tool data is sealed at rest ------------------
+
+
+def raw_text(engine: Engine) -> str:
+    """Every stored value of every table, as text: what someone reading the database sees."""
+    from sqlalchemy import MetaData, select
+
+    tables = MetaData()
+    tables.reflect(engine)
+    with engine.connect() as conn:
+        rows = [
+            str(tuple(row))
+            for table in tables.sorted_tables
+            for row in conn.execute(select(table)).all()
+        ]
+    return "\n".join(rows)
+
+
+def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) -> None:
+    from cryptography.fernet import Fernet
+
+    from persistence.crypto import StateCipher
+
+    @tool
+    def lookup(q: str) -> str:
+        return "LOOKED-UP-SECRET"
+
+    @tool(effect=Effect.WRITE)
+    def send_email(to: str, body: str) -> str:
+        return f"SENT-SECRET to {to}"
+
+    steps: list[dict[str, JsonValue]] = [
+        {"tool_calls": [{"name": "lookup", "arguments": {"q": "QUERY-SECRET"}}]},
+        {"tool_calls": [{"name": "send_email", "arguments": {"to": "TO-SECRET", "body": "b"}}]},
+        {"content": "ANSWER-SECRET"},
+    ]
+    agent = Agent(name="sealed", model=ScriptedModel(steps), tools=[lookup, send_email])
+    key = Fernet.generate_key().decode()
+    service = service_for(engine, agent)
+    service.repo = RunRepository(engine, cipher=StateCipher(key))
+    run, _ = service.start_run("sealed", "INPUT-SECRET")
+    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
+    digest = service.repo.require(run.id).turn_digest or ""
+    [call] = service.repo.load_state(service.repo.require(run.id)).pending_calls
+    edit = CallDecisionBody(decision="edit", arguments={"to": "EDITED-SECRET", "body": "b"})
+    body = DecisionBody(turn_digest=digest, decision="approve", calls={call.id: edit})
+    service.record_decision(run.id, body, source="t")
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+
+    stored = raw_text(engine)
+    for secret in ("INPUT", "QUERY", "LOOKED-UP", "TO", "EDITED", "SENT", "ANSWER"):
+        assert f"{secret}-SECRET" not in stored, secret
+    # the authorised reader, holding the key, reads everything back
+    done = service.repo.require(run.id)
+    assert (done.input, done.output) == ("INPUT-SECRET", "ANSWER-SECRET")
+    assert [e.result for e in service.repo.ledger(run.id)] == [
+        "LOOKED-UP-SECRET",
+        "SENT-SECRET to EDITED-SECRET",
+    ]
+    events = json.dumps([e.payload for e in service.repo.events(run.id)])
+    assert "QUERY-SECRET" in events and "EDITED-SECRET" in events
+
+
+def test_a_run_sealed_with_a_dropped_key_is_reported_on_its_own(engine: Engine) -> None:
+    from cryptography.fernet import Fernet
+
+    from persistence.crypto import StateCipher
+
+    ran: list[str] = []
+    old = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    sealed, _ = old.create("policed", "old input", first_event=("request", {"input": "x"}))
+    assert old.finish(sealed.id, RunStatus.FAILED, expected=[RunStatus.QUEUED], error="old error")
+    service = service_for(engine, policy_agent(ran))
+    service.repo = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    fine, _ = service.start_run("policed", "new input")
+    page = service.repo.list_runs()
+    assert {r.id for r in page.runs} == {sealed.id, fine.id}
+    unreadable = service.repo.require(sealed.id)
+    assert unreadable.unreadable is not None and "another key" in unreadable.unreadable
+    assert run_view(service, unreadable)["error"] == unreadable.unreadable
+    [event] = service.repo.events(sealed.id)
+    assert "cannot be decrypted" in str(event.payload["unreadable"])
+    assert service.repo.require(fine.id).input == "new input"
+    # retried, the sealed run fails with that reason instead of running on an empty input
+    service.retry(sealed.id)
+    assert service.run_segment(sealed.id, "w").outcome is Outcome.FAILED
+    assert "cannot be decrypted" in (service.repo.require(sealed.id).error or "")
+    assert ran == []
+
+
+def test_without_a_key_values_that_look_sealed_round_trip(engine: Engine) -> None:
+    @tool(effect=Effect.WRITE)
+    def store(value: str, extra: dict[str, str]) -> str:
+        return "fernet:not-a-token"
+
+    looks_sealed: dict[str, JsonValue] = {"value": "plain:x", "extra": {"$sealed": "fernet:x"}}
+    steps: list[dict[str, JsonValue]] = [
+        {"tool_calls": [{"name": "store", "arguments": looks_sealed}]},
+        {"content": "plain:fernet:answer"},
+    ]
+    agent = Agent(
+        name="lookalike",
+        model=ScriptedModel(steps),
+        tools=[store],
+        approval_policy=lambda tool, arguments: Approve(),
+    )
+    service = service_for(engine, agent)
+    run, _ = service.start_run("lookalike", "fernet:input")
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+    done = service.repo.require(run.id)
+    assert (done.input, done.output, done.unreadable) == (
+        "fernet:input", "plain:fernet:answer", None,
+    )  # fmt: skip
+    assert [e.result for e in service.repo.ledger(run.id)] == ["fernet:not-a-token"]
+    [call_event] = [e for e in service.repo.events(run.id) if e.kind == "tool"]
+    assert call_event.payload["arguments"] == looks_sealed
