@@ -8,7 +8,6 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_DATABASE_URL = "sqlite:///./airlock.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -56,7 +55,27 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         return engine
     # No pre-ping: it costs a round trip per checkout. A connection lost to a
     # database restart raises, SQLAlchemy invalidates the pool, the task retries.
-    return create_engine(url, **kwargs)
+    connect_args = {**postgres_connect_args(url), **kwargs.pop("connect_args", {})}
+    return create_engine(url, connect_args=connect_args, **kwargs)
+
+
+POSTGRES_TIMEOUTS: dict[str, int] = {
+    "connect_timeout": 10,
+    # a silent peer (a server gone without a FIN, a dropped route) is found out by TCP
+    # within a minute: no thread (the keeper, renewing every lease of its process)
+    # hangs on a dead socket for the kernel's two hours
+    "keepalives": 1,
+    "keepalives_idle": 20,
+    "keepalives_interval": 5,
+    "keepalives_count": 4,
+    "tcp_user_timeout": 60_000,
+}
+"""libpq connection parameters set unless the URL names them."""
+
+
+def postgres_connect_args(url: str) -> dict[str, int]:
+    named = set(make_url(url).query)
+    return {k: v for k, v in POSTGRES_TIMEOUTS.items() if k not in named}
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -68,7 +87,3 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # FULL: a ledger record or write-ahead checkpoint must survive a power loss too
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.close()
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)

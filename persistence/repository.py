@@ -1066,31 +1066,58 @@ class RunRepository:
     # -- the tool-call ledger ---------------------------------------------------
 
     def start_call(
-        self, run_id: str, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+        self,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        effect: str,
+        arguments: dict[str, JsonValue],
+        *,
+        owner: str | None = None,
     ) -> tuple[LedgerEntry, bool]:
         """Record that a call is about to run (``True``), or return what the ledger
-        already holds for it (``False``)."""
+        already holds for it (``False``). ``owner``: only while the run is running under
+        this lease (its row held for the statement, so a takeover waits for it or comes
+        first), else ``LeaseLostError`` and nothing is recorded: a segment whose run was
+        taken over starts no more calls."""
         rid = uuid.UUID(run_id)
+        row: dict[str, Any] = {
+            "run_id": rid,
+            "call_id": call_id,
+            "tool": tool,
+            "effect": effect,
+            "arguments": self._cipher.seal_json(arguments),
+            "status": CallStatus.STARTED.value,
+            "result": None,
+            "is_error": False,
+            "attempts": 1,
+            "started_at": self._now(),
+        }
+        statement: Insert = insert(CALLS).values(row)
+        if owner is not None:
+            leased = (
+                select(RUNS.c.id)
+                .where(
+                    RUNS.c.id == rid,
+                    _status_in(RunStatus.RUNNING.value),
+                    RUNS.c.lease_owner == owner,
+                )
+                .with_for_update(read=True)
+            )
+            values = [bindparam(f"s_{c}", v, type_=CALLS.c[c].type) for c, v in row.items()]
+            statement = insert(CALLS).from_select(list(row), select(*values).where(leased.exists()))
         try:
             with self._one() as s:
-                row: dict[str, Any] = {
-                    "run_id": rid,
-                    "call_id": call_id,
-                    "tool": tool,
-                    "effect": effect,
-                    "arguments": self._cipher.seal_json(arguments),
-                    "status": CallStatus.STARTED.value,
-                    "result": None,
-                    "is_error": False,
-                    "attempts": 1,
-                    "started_at": self._now(),
-                }
-                s.execute(insert(CALLS).values(row))
-                return _to_entry(row, self._cipher), True
+                inserted = s.execute(statement.returning(CALLS.c.id)).first() is not None
         except IntegrityError:
             existing = self.recorded_call(run_id, call_id)
             assert existing is not None, "a ledger row is never deleted while its run lives"
             return existing, False
+        if not inserted:
+            raise LeaseLostError(
+                f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
+            )
+        return _to_entry(row, self._cipher), True
 
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._one() as s:

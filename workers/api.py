@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
@@ -99,21 +100,48 @@ class Metrics:
 
 
 class _StoreCollector(Collector):
-    """Read at scrape time from the database: the source of truth."""
+    """Read from the database, the source of truth, at most once per ``every`` seconds:
+    counting runs by status reads the whole table, and however often Prometheus (or
+    anyone: the endpoint is open) scrapes, the database counts no more often."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, every: float = 5.0) -> None:
         self._service = service
+        self._every = every
+        self._lock = threading.Lock()
+        self._read: tuple[float, list[Any]] | None = None
 
     def collect(self) -> Any:
+        with self._lock:
+            if self._read is None or time.monotonic() - self._read[0] >= self._every:
+                self._read = (time.monotonic(), self._families())
+            return list(self._read[1])
+
+    def _families(self) -> list[Any]:
+        repo = self._service.repo
         by_status = GaugeMetricFamily("airlock_runs", "Runs by status", labels=["status"])
-        for status, count in self._service.repo.count_by_status().items():
+        for status, count in repo.count_by_status().items():
             by_status.add_metric([status.value], count)
-        yield by_status
-        oldest = self._service.repo.oldest_waiting()
+        oldest = repo.oldest_waiting()
         age = (utcnow() - oldest).total_seconds() if oldest else 0.0
-        yield GaugeMetricFamily(
-            "airlock_oldest_waiting_approval_seconds", "Age of the oldest waiting run", value=age
-        )
+        outbox = repo.outbox.counts()
+        return [
+            by_status,
+            GaugeMetricFamily(
+                "airlock_oldest_waiting_approval_seconds",
+                "Age of the oldest waiting run",
+                value=age,
+            ),
+            GaugeMetricFamily(
+                "airlock_notifications_due",
+                "Notifications in the outbox waiting for a delivery attempt",
+                value=outbox.due,
+            ),
+            GaugeMetricFamily(
+                "airlock_notifications_given_up",
+                "Notifications whose every delivery attempt failed (kept in the outbox)",
+                value=outbox.given_up,
+            ),
+        ]
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:

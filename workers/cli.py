@@ -221,18 +221,22 @@ def runs_show(run_id: str, as_json: JsonOption = False) -> None:
         console.print(f"[bold]{key:>12}[/bold]  {view[key]}", highlight=False)
     usage = run.usage
     console.print(f"[bold]{'tokens':>12}[/bold]  {usage.prompt_tokens} + {usage.completion_tokens}")
-    pending = view["pending"]
-    if isinstance(pending, dict):
-        console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
-        table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
-        for call in pending["calls"]:  # type: ignore[union-attr]
-            assert isinstance(call, dict)
-            table.add_row(
-                str(call["id"]), str(call["name"]), str(call["effect"]),
-                "yes" if call["requires_approval"] else "no", str(call["verdict"]),
-                json.dumps(call["arguments"]),
-            )  # fmt: skip
-        console.print(table)
+    _print_turn(view["pending"])
+
+
+def _print_turn(pending: JsonValue) -> None:
+    if not isinstance(pending, dict):
+        return
+    console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
+    table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
+    for call in pending["calls"]:  # type: ignore[union-attr]
+        assert isinstance(call, dict)
+        table.add_row(
+            str(call["id"]), str(call["name"]), str(call["effect"]),
+            "yes" if call["requires_approval"] else "no", str(call["verdict"]),
+            json.dumps(call["arguments"]),
+        )  # fmt: skip
+    console.print(table)
 
 
 @runs_app.command("events")
@@ -254,14 +258,20 @@ def runs_events(run_id: str, as_json: JsonOption = False) -> None:
 # -- decisions and operator actions -------------------------------------------------------------
 
 
-def _decide(run_id: str, body_of: Any, approver: str | None) -> None:
+def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None) -> None:
+    """Decide the turn quoted by ``digest``; without one, the turn that waits now, which
+    is shown first, so the operator sees what the decision releases."""
     run = require_run(run_id)
     if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest is None:
         fail(f"run is {run.status}, not waiting for approval", 1)
+    if digest is None:
+        try:
+            _print_turn(run_view(service(), run)["pending"])
+        except StateError as exc:
+            fail(str(exc), 1)
+        digest = run.turn_digest
     try:
-        result = service().record_decision(
-            run_id, body_of(run.turn_digest), source="cli", approver=approver
-        )
+        result = service().record_decision(run_id, body_of(digest), source="cli", approver=approver)
     except (DecisionError, ValueError) as exc:
         fail(str(exc), 2)
     except ConflictError as exc:
@@ -273,6 +283,13 @@ def _decide(run_id: str, body_of: Any, approver: str | None) -> None:
 
 
 ApproverOption = Annotated[str | None, typer.Option(help="Who decides (for the audit).")]
+DigestOption = Annotated[
+    str | None,
+    typer.Option(
+        "--digest",
+        help="The turn digest you reviewed (runs show); refused if another turn waits now.",
+    ),
+]
 
 
 @app.command()
@@ -284,6 +301,7 @@ def approve(
     ] = None,
     reason: Annotated[str | None, typer.Option(help="Why (for the audit).")] = None,
     approver: ApproverOption = None,
+    digest: DigestOption = None,
 ) -> None:
     """Approve the turn the run waits on (or, with --call, some of its calls)."""
 
@@ -298,7 +316,7 @@ def approve(
             calls=calls,
         )
 
-    _decide(run_id, body, approver)
+    _decide(run_id, body, approver, digest)
 
 
 @app.command()
@@ -306,12 +324,14 @@ def deny(
     run_id: str,
     reason: Annotated[str, typer.Option(help="Why; the model is told.")],
     approver: ApproverOption = None,
+    digest: DigestOption = None,
 ) -> None:
     """Deny the turn the run waits on; every pending call gets the denial as its result."""
     _decide(
         run_id,
-        lambda digest: DecisionBody(turn_digest=digest, decision="deny", reason=reason),
+        lambda quoted: DecisionBody(turn_digest=quoted, decision="deny", reason=reason),
         approver,
+        digest,
     )
 
 

@@ -42,17 +42,20 @@ class LedgerExecutor:
         record: Callable[[CallRecord], None] | None = None,
         ledger: bool = True,
         clock: Clock = utcnow,
+        owner: str | None = None,
     ) -> None:
         """``before``: called before a call that acts. ``record``: takes a read's ledger
         record, to be written later (by default it is written at once). ``ledger``:
         False when the run's ledger was empty as the segment began, so no read of it
-        can have a recorded result to look up."""
+        can have a recorded result to look up. ``owner``: the segment's lease, under which
+        alone a call that acts is started."""
         self._repo = repo
         self._run_id = run_id
         self._before = before
         self._record = record
         self._ledger = ledger
         self._clock = clock
+        self._owner = owner
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
         if is_read(invocation):
@@ -66,6 +69,7 @@ class LedgerExecutor:
             invocation.tool.name,
             invocation.tool.effect.value,
             invocation.arguments,
+            owner=self._owner,
         )
         if not fresh:
             if entry.status is not CallStatus.STARTED:

@@ -207,15 +207,15 @@ class Service:
         with self._keeper.hold(run_id, owner, sink):
             try:
                 return self._advance(run, owner, sink)
-            except LeaseLostError:  # another worker owns the run now: stop, write nothing
-                return self._lease_lost(run, owner)
+            except LeaseLostError as exc:  # another worker owns the run now: stop, write nothing
+                return self._lease_lost(run, owner, str(exc))
             except Exception as exc:
                 if is_database_error(exc):
                     raise
                 try:
                     sink.flush()  # what the segment did before it failed, counters included
-                except LeaseLostError:
-                    return self._lease_lost(run, owner)
+                except LeaseLostError as lost:
+                    return self._lease_lost(run, owner, str(lost))
                 if is_transient(exc) and run.attempts < self.limits.max_attempts:
                     return self._retry_later(run, owner, exc)
                 return self._fail(run, owner, _describe(exc, run))
@@ -229,7 +229,13 @@ class Service:
             sink.usage = state.usage
         # the segment's events so far are written before each write
         executor = LedgerExecutor(
-            self.repo, run.id, sink.flush, record=sink.record, ledger=run.ledger, clock=self.clock
+            self.repo,
+            run.id,
+            sink.flush,
+            record=sink.record,
+            ledger=run.ledger,
+            clock=self.clock,
+            owner=owner,
         )
 
         def write_ahead(checkpoint: SuspendedRunState) -> None:
@@ -323,9 +329,10 @@ class Service:
         self._wake(run.id, delay)
         return SegmentResult(Outcome.RETRY, retry_in=delay, error=str(exc))
 
-    def _lease_lost(self, run: Claim, owner: str) -> SegmentResult:
+    def _lease_lost(self, run: Claim, owner: str, detail: str | None = None) -> SegmentResult:
         log.warning(
-            "lost the run's lease before recording the segment; another worker owns it now",
+            "lost the run's lease before recording the segment; another worker owns it now"
+            + (f" ({detail})" if detail else ""),
             extra={"action": "segment.lease_lost", "run_id": run.id, "owner": owner},
         )
         return SegmentResult(Outcome.LEASE_LOST)

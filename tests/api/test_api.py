@@ -315,3 +315,21 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
     assert "airlock_oldest_waiting_approval_seconds" in metrics
     spec = api.client.get("/openapi.json").json()
     assert "/v1/runs/{run_id}/approval" in spec["paths"]
+
+
+def test_scrapes_count_runs_in_the_database_at_most_every_few_seconds(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[int] = []
+    count_by_status = api.service.repo.count_by_status
+
+    def counting() -> Any:
+        counted.append(1)
+        return count_by_status()
+
+    monkeypatch.setattr(api.service.repo, "count_by_status", counting)
+    for _ in range(5):
+        metrics = api.client.get("/metrics").text
+    assert len(counted) == 1
+    assert "airlock_notifications_due 0.0" in metrics
+    assert "airlock_notifications_given_up 0.0" in metrics

@@ -159,3 +159,23 @@ def test_bad_arguments_fail_clearly(
 def test_bad_configuration_names_the_variable(tmp_path: Path) -> None:
     result = airlock("runs", "list", env=clean_env(AIRLOCK_DATABASE_URL="mysql://x"), cwd=tmp_path)
     assert result.returncode == 2 and "AIRLOCK_DATABASE_URL" in result.stderr
+
+
+def test_approve_shows_the_turn_and_quotes_a_digest(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    run_id = waiting(service)
+    stale = airlock("approve", run_id, "--digest", "0" * 64, env=cli_env, cwd=tmp_path)
+    assert stale.returncode == 1 and "not the digest of the turn that waits" in stale.stderr
+    assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+    digest = service.repo.require(run_id).turn_digest or ""
+    shown = airlock("approve", run_id, env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert digest in shown.stdout and "send_email" in shown.stdout
+    assert service.repo.require(run_id).status is RunStatus.QUEUED
+
+    other = waiting(service)
+    quoted = service.repo.require(other).turn_digest or ""
+    denied = airlock("deny", other, "--reason", "no", "--digest", quoted, env=cli_env, cwd=tmp_path)
+    assert denied.returncode == 0, denied.stderr
+    assert service.repo.require(other).status is RunStatus.QUEUED

@@ -562,3 +562,49 @@ def test_without_a_key_values_that_look_sealed_round_trip(engine: Engine) -> Non
     assert [e.result for e in service.repo.ledger(run.id)] == ["fernet:not-a-token"]
     [call_event] = [e for e in service.repo.events(run.id) if e.kind == "tool"]
     assert call_event.payload["arguments"] == looks_sealed
+
+
+# -- also: the ledger's start of an acting call is guarded by the lease -----------------------
+
+
+def test_a_segment_taken_over_after_its_write_ahead_starts_no_call(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """Between the write-ahead checkpoint and the start of the write, the run's lease
+    expires, the sweeper requeues it and another worker claims it: the first segment
+    must not start the write (on the earlier code it did, beside the new owner)."""
+    ran: list[str] = []
+    model = FreshIds(WRITE_THEN_ANSWER)
+    service = service_for(engine, approving_writer(model, ran, crash_in_tool=False), clock=clock)
+    run, _ = service.start_run("writer", "go")
+    checkpoint = service.repo.checkpoint
+
+    def taken_over_right_after(*args: Any, **kwargs: Any) -> bool:
+        written = checkpoint(*args, **kwargs)
+        clock.advance(seconds=service.limits.lease.total_seconds() + 1)
+        assert service.sweep().reclaimed.requeued == (run.id,)
+        assert service.repo.claim(run.id, "new-owner", service.limits.lease) is not None
+        return written
+
+    service.repo.checkpoint = taken_over_right_after  # type: ignore[method-assign]
+    assert service.run_segment(run.id, "stalled").outcome is Outcome.LEASE_LOST
+    assert ran == []
+    assert service.repo.ledger(run.id) == []
+    still = service.repo.require(run.id)
+    assert (still.status, still.lease_owner) == (RunStatus.RUNNING, "new-owner")
+
+
+def test_start_call_under_a_lease_it_does_not_hold_records_nothing(engine: Engine) -> None:
+    from persistence.repository import LeaseLostError
+
+    repo = RunRepository(engine)
+    run, _ = repo.create("a", "go")
+    assert repo.claim(run.id, "owner", timedelta(seconds=60)) is not None
+    with pytest.raises(LeaseLostError):
+        repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="intruder")
+    assert repo.ledger(run.id) == []
+    entry, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner")
+    assert fresh and entry.status is CallStatus.STARTED
+    # the same call again, under the lease: the ledger answers with what it holds
+    again, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner")
+    assert not fresh and again.status is CallStatus.STARTED

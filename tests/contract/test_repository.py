@@ -609,3 +609,22 @@ def test_events_for_a_lease_are_written_only_while_it_is_held(repo: RunRepositor
     assert [e.seq for e in repo.events(run.id)] == [1]
     with pytest.raises(UnknownRunError):
         repo.append_events(str(uuid.uuid4()), [llm], owner="w1")
+
+
+@pytest.mark.postgres
+def test_postgres_connections_time_out_and_keep_alive(postgres_url: str) -> None:
+    """A hung socket must not stop a process's lease renewals for hours: connections
+    carry a connect timeout, TCP keepalives and a TCP user timeout, unless the URL
+    says otherwise."""
+    from persistence.db import make_engine
+
+    for url, idle in ((postgres_url, "20"), (f"{postgres_url}?keepalives_idle=7", "7")):
+        engine = make_engine(url)
+        repo = RunRepository(engine)
+        for sibling in (engine, repo._autocommit, repo._leases):
+            assert sibling is not None
+            with sibling.connect() as conn:
+                params = conn.connection.driver_connection.info.get_parameters()  # type: ignore[union-attr]
+            assert params["keepalives"] == "1" and params["keepalives_idle"] == idle
+            assert (params["connect_timeout"], params["tcp_user_timeout"]) == ("10", "60000")
+        engine.dispose()

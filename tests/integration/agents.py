@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 from pydantic import JsonValue
 
-from loop import Agent, Effect, ExpiryAction, ScriptedModel, ToolContext, tool
+from loop import (
+    Agent,
+    Approve,
+    Effect,
+    ExpiryAction,
+    ModelResponse,
+    ScriptedModel,
+    ToolContext,
+    tool,
+)
+from loop.messages import AssistantMessage, Message, ToolCall, Usage
+from loop.tools import ToolSchema
 
 
 def _record(name: str, ctx: ToolContext) -> None:
@@ -57,11 +70,38 @@ def w1(lookup_seconds: float = 0.0, send_seconds: float = 0.0) -> list[dict[str,
     ]
 
 
+@tool(effect=Effect.WRITE)
+def charge(amount: int, ctx: ToolContext, seconds: float = 0.0) -> str:
+    """Charge a card (a write). The charge is made first, then the tool takes its time:
+    a worker killed meanwhile leaves a side effect whose result was never recorded."""
+    _record("charge", ctx)
+    time.sleep(seconds)
+    return f"charged {amount}"
+
+
+class FreshIdsModel:
+    """Like a real provider: every call it makes gets an id never seen before, so a
+    repeated model call would ask for the same charge again under a new id."""
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        turn = sum(1 for m in transcript if isinstance(m, AssistantMessage))
+        if turn == 0:
+            call = ToolCall(f"call_{uuid.uuid4().hex}", "charge", {"amount": 5, "seconds": 4.0})
+            return ModelResponse(AssistantMessage(tool_calls=(call,)), Usage(10, 2))
+        return ModelResponse(AssistantMessage(content="charged"), Usage(20, 3))
+
+
 def _agent(name: str, steps: list[dict[str, JsonValue]], **kwargs: object) -> Agent:
     return Agent(name=name, model=ScriptedModel(steps), tools=[lookup, send_email], **kwargs)  # type: ignore[arg-type]
 
 
 AGENTS = [
+    Agent(
+        name="policy_charge",
+        model=FreshIdsModel(),
+        tools=[charge],
+        approval_policy=lambda tool, arguments: Approve(),
+    ),
     _agent("w1", w1()),
     _agent("slow_read", w1(lookup_seconds=4.0)),
     _agent("slow_write", w1(send_seconds=4.0)),

@@ -120,6 +120,28 @@ def test_killed_worker_mid_write_fails_the_run_instead_of_writing_twice(stack: S
     assert failed.has_checkpoint  # a failed run keeps its checkpoint for retry
 
 
+def test_a_worker_killed_right_after_a_policy_approved_write_never_writes_twice(
+    stack: Stack,
+) -> None:
+    """SIGKILL lands after the charge was made, before its result is recorded; the model
+    gives every call a fresh id. The redone segment resumes from the written-ahead turn
+    (the same call id), finds the charge in doubt and fails the run: it never asks the
+    model again and never charges twice."""
+    worker = stack.worker()
+    stack.beat()
+    run, _ = stack.service.start_run("policy_charge", "charge 5")
+    charged = f"charge {run.id}:"
+    wait_for("the charge", lambda: any(k.startswith(charged) for k in stack.executions()))
+    worker.kill()
+    stack.worker()
+    failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
+    charges = [k for k in stack.executions().elements() if k.startswith(charged)]
+    assert len(charges) == 1
+    assert "started but its outcome was never recorded" in (failed.error or "")
+    assert charges[0].split(":", 1)[1] in (failed.error or "")  # the same call id
+    assert stack.kinds(run.id).count("llm") == 1  # the model was not asked again
+
+
 def test_lost_resume_message_is_re_sent_by_the_sweeper(stack: Stack) -> None:
     worker = stack.worker()
     run, _ = stack.service.start_run("w1", "mail")
