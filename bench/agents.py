@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loop import Agent, Effect, ScriptedModel, tool
+from loop import Agent, Approve, Effect, ScriptedModel, tool
 
 
 @tool
@@ -34,7 +34,20 @@ W1 = Agent(
         ]
     ),
 )
-AGENTS = [INSTANT, NOOP_TOOL, W1]
+# a write its policy approves: the segment checkpoints the turn ahead of it (write-ahead),
+# then starts and finishes it in the ledger
+POLICY_WRITE = Agent(
+    name="policy_write",
+    tools=[send_email],
+    model=ScriptedModel(
+        [
+            {"tool_calls": [{"name": "send_email", "arguments": {"to": "a@example.com"}}]},
+            {"content": "done"},
+        ]
+    ),
+    approval_policy=lambda tool, arguments: Approve(),
+)
+AGENTS = [INSTANT, NOOP_TOOL, W1, POLICY_WRITE]
 
 
 @tool(name="send_email", effect=Effect.WRITE)

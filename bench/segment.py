@@ -9,8 +9,11 @@
    database, created beforehand (as the floor's rows are not counted, neither is the
    run's insert), then woken back to back: time per segment. Two agents: an instant
    model that answers at once (one model call), and one that calls a no-op read tool
-   first (two model calls and one tool call in the segment). Then the same with the
-   run's creation counted (``start_run``: insert + request event + publish).
+   first (two model calls and one tool call in the segment); and, as a row of its
+   own, one whose no-op write its policy approves (two model calls, the turn
+   checkpointed ahead of the write, the write started and finished in the ledger).
+   Then the same with the run's creation counted (``start_run``: insert + request
+   event + publish).
 3. Latency: M runs of W1 (read tool, then a gated write); each is approved once it
    waits, and the time from the decision to ``completed`` is measured.
 
@@ -131,10 +134,13 @@ def main() -> None:
         "segment_cost_ratio": paired("instant"),
         "noop_tool_ms_per_segment": round(per["noop_tool"] * 1000, 3),
         "noop_tool_segment_cost_ratio": paired("noop_tool"),
+        "policy_write_ms_per_segment": round(per["policy_write"] * 1000, 3),
+        "policy_write_segment_cost_ratio": paired("policy_write"),
         "ms_per_run_with_creation": round(per["with_creation"] * 1000, 3),
         "run_with_creation_cost_ratio": paired("with_creation"),
         "ratio_of_medians": {
-            name: round(per[name] / floor, 2) for name in ("instant", "noop_tool", "with_creation")
+            name: round(per[name] / floor, 2)
+            for name in ("instant", "noop_tool", "policy_write", "with_creation")
         },
         "runs_per_s": round(1 / per["with_creation"], 1),
         "approve_to_completed_p50_ms": round(statistics.median(latencies) * 1000, 1),
@@ -239,6 +245,7 @@ MEASURES: dict[str, Callable[[Stack, int], Timing]] = {
     "floor": measure_floor,
     "instant": lambda stack, n: measure_segments(stack, n, "instant"),
     "noop_tool": lambda stack, n: measure_segments(stack, n, "noop_tool"),
+    "policy_write": lambda stack, n: measure_segments(stack, n, "policy_write"),
     "with_creation": measure_runs,
 }
 

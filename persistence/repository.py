@@ -465,9 +465,14 @@ class RunRepository:
         calls: Sequence[CallRecord] = (),
     ) -> bool:
         """Write-ahead: the running run's turn whose calls are about to act, stored
-        durably (with the events so far) before any of them runs, so that a redone
-        segment resumes from this turn with the same call ids. Only under the lease."""
-        with self._one() as s:
+        (with the events so far) before any of them runs, so that a redone segment
+        resumes from this turn with the same call ids. Only under the lease.
+
+        On PostgreSQL its commit does not wait for the disk (as the claim's): no call
+        acts before ``start_call``'s durable commit, which flushes the log up to
+        itself, this checkpoint included. A crash before that loses the checkpoint
+        and no side effect with it."""
+        with self._one(self._leases) as s:
             return self._transition(
                 s,
                 run_id,
@@ -1080,9 +1085,8 @@ class RunRepository:
         this lease (its row held for the statement, so a takeover waits for it or comes
         first), else ``LeaseLostError`` and nothing is recorded: a segment whose run was
         taken over starts no more calls."""
-        rid = uuid.UUID(run_id)
         row: dict[str, Any] = {
-            "run_id": rid,
+            "run_id": uuid.UUID(run_id),
             "call_id": call_id,
             "tool": tool,
             "effect": effect,
@@ -1093,31 +1097,33 @@ class RunRepository:
             "attempts": 1,
             "started_at": self._now(),
         }
-        statement: Insert = insert(CALLS).values(row)
-        if owner is not None:
-            leased = (
-                select(RUNS.c.id)
-                .where(
-                    RUNS.c.id == rid,
-                    _status_in(RunStatus.RUNNING.value),
-                    RUNS.c.lease_owner == owner,
-                )
-                .with_for_update(read=True)
-            )
-            values = [bindparam(f"s_{c}", v, type_=CALLS.c[c].type) for c, v in row.items()]
-            statement = insert(CALLS).from_select(list(row), select(*values).where(leased.exists()))
+        params = {f"s_{c}": v for c, v in row.items()} | {"owner": owner}
+        guarded = owner is not None
         try:
             with self._one() as s:
-                inserted = s.execute(statement.returning(CALLS.c.id)).first() is not None
+                inserted = self._hot(
+                    s, ("start_call", guarded), lambda: _start_call(guarded=guarded), params
+                )
         except IntegrityError:
             existing = self.recorded_call(run_id, call_id)
             assert existing is not None, "a ledger row is never deleted while its run lives"
             return existing, False
-        if not inserted:
+        if inserted is None:
             raise LeaseLostError(
                 f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
             )
         return _to_entry(row, self._cipher), True
+
+    def _hot(
+        self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
+    ) -> Sequence[Any] | None:
+        """A statement of the hot path, built once: through the driver on PostgreSQL.
+        Its first row, if it returns rows."""
+        if self._autocommit is not None:
+            cursor = self._driver(key, build).execute(s, params)
+            return cursor.fetchone() if cursor.description else None
+        result = s.execute(self._statement(key, build), params)
+        return result.first() if result.returns_rows else None
 
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._one() as s:
@@ -1145,22 +1151,20 @@ class RunRepository:
             )
 
     def finish_call(self, run_id: str, call_id: str, result: str, *, is_error: bool) -> None:
+        """A started call's result. On PostgreSQL its commit does not wait for the disk:
+        were a crash of the server to lose it, the call would be found in doubt, and a
+        write not repeated (the next durable commit of the run keeps it for good)."""
         status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
-        with self._one() as s:
-            s.execute(
-                update(CALLS)
-                .where(
-                    CALLS.c.run_id == uuid.UUID(run_id),
-                    CALLS.c.call_id == call_id,
-                    CALLS.c.status == CallStatus.STARTED.value,
-                )
-                .values(
-                    status=status.value,
-                    result=self._cipher.seal_text(result),
-                    is_error=is_error,
-                    finished_at=self._now(),
-                )
-            )
+        params = {
+            "rid": uuid.UUID(run_id),
+            "f_call_id": call_id,
+            "f_status": status.value,
+            "f_result": self._cipher.seal_text(result),
+            "f_is_error": is_error,
+            "now": self._now(),
+        }
+        with self._one(self._leases) as s:
+            self._hot(s, "finish_call", _finish_call, params)
 
     def in_doubt_calls(self, run_id: str) -> list[LedgerEntry]:
         """Calls that started but never recorded a result: the worker died in between."""
@@ -1358,6 +1362,42 @@ def _record_notification(moved: CTE) -> CTE:
 def _notify_params(event_type: str, now: datetime) -> dict[str, Any]:
     row = new_notification(None, event_type, now)
     return {"o_type": row["event_type"], "o_webhook_id": row["webhook_id"]}
+
+
+def _start_call(*, guarded: bool) -> Insert:
+    """A call's ``started`` record (bound as ``s_<column>``); ``guarded``: only while the
+    run is running under the lease ``owner``, its row held for the statement."""
+    columns = ["run_id", *_CALL_COLUMNS[:-1]]  # not finished
+    source = select(*(bindparam(f"s_{c}", type_=CALLS.c[c].type) for c in columns))
+    if guarded:
+        leased = (
+            select(RUNS.c.id)
+            .where(
+                RUNS.c.id == bindparam("s_run_id"),
+                _status_in(RunStatus.RUNNING.value),
+                RUNS.c.lease_owner == bindparam("owner"),
+            )
+            .with_for_update(read=True)
+        )
+        source = source.where(leased.exists())
+    return insert(CALLS).from_select(columns, source).returning(CALLS.c.id)
+
+
+def _finish_call() -> Update:
+    return (
+        update(CALLS)
+        .where(
+            CALLS.c.run_id == bindparam("rid"),
+            CALLS.c.call_id == bindparam("f_call_id"),
+            CALLS.c.status == CallStatus.STARTED.value,
+        )
+        .values(
+            status=bindparam("f_status"),
+            result=bindparam("f_result", type_=CALLS.c.result.type),
+            is_error=bindparam("f_is_error"),
+            finished_at=bindparam("now", type_=CALLS.c.finished_at.type),
+        )
+    )
 
 
 _CALL_KEY = ["run_id", "call_id"]
