@@ -22,7 +22,7 @@ from bench.common import PG, progress, record, temporary_database
 from loop import AssistantMessage, SuspendedRunState, ToolCall, Usage, UserMessage
 from loop.state import PendingCall, turn_digest
 from persistence.db import make_engine
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 
 SIZES = {"10KB": 10_000, "100KB": 100_000, "1MB": 1_000_000}
 LEASE = timedelta(seconds=60)
@@ -92,12 +92,12 @@ def timed(fn: Callable[[int], None], i: int) -> float:
     return time.perf_counter() - start
 
 
-def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: int) -> Row:
+def measure(engine: Engine, repo: RunStore, label: str, size: int, reps: int) -> Row:
     progress(f"[{label}] preparing {reps} runs…")
     runs = []
     for _ in range(reps):
-        run, _ = repo.create("mailer", "x")
-        repo.claim(run.id, "bench", LEASE)
+        run, _ = repo.runs.create("mailer", "x")
+        repo.transitions.claim(run.id, "bench", LEASE)
         runs.append((run.id, state_of_size(run.id, size)))
     body = filler(size)
 
@@ -107,11 +107,11 @@ def measure(engine: Engine, repo: RunRepository, label: str, size: int, reps: in
 
     def round_trip(i: int) -> None:
         run_id, state = runs[i]
-        repo.suspend(run_id, "bench", state, expires_at=None)
-        repo.record_decision(run_id, state.turn_digest, {"decision": "approve"})
-        claimed = repo.claim(run_id, "bench", LEASE)
+        repo.transitions.suspend(run_id, "bench", state, expires_at=None)
+        repo.decisions.record_decision(run_id, state.turn_digest, {"decision": "approve"})
+        claimed = repo.transitions.claim(run_id, "bench", LEASE)
         assert claimed is not None
-        assert repo.load_state(claimed).turn_digest == state.turn_digest
+        assert repo.runs.load_state(claimed).turn_digest == state.turn_digest
 
     bare(0)
     progress(f"[{label}] measuring…")
@@ -143,7 +143,7 @@ def main() -> None:
         engine = make_engine(url)
         with engine.begin() as conn:
             conn.execute(text("CREATE TABLE bare (id bigserial primary key, body text)"))
-        repo = RunRepository(engine)
+        repo = RunStore(engine)
         rows = [measure(engine, repo, label, size, reps) for label, size in SIZES.items()]
         engine.dispose()
 

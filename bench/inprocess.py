@@ -19,7 +19,7 @@ import time
 from bench.agents import AGENTS
 from bench.common import progress, record, temporary_database
 from persistence.db import make_engine
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from workers.registry import Registry
 from workers.service import Outcome, Service
 
@@ -33,13 +33,13 @@ def main() -> None:
     wall: list[float] = []
     cpu: list[float] = []
     with temporary_database() as url:
-        repo = RunRepository(make_engine(url))
+        repo = RunStore(make_engine(url))
         repo.hold_connections()  # as a worker's segment thread does
-        service = Service(repo=repo, registry=Registry(AGENTS), enqueue=lambda r, d=None: None)
+        service = Service(store=repo, registry=Registry(AGENTS), enqueue=lambda r, d=None: None)
         for r in range(args.rounds):
             progress(f"round {r + 1}/{args.rounds}: {args.n} {args.agent} segments…")
             ids = [
-                repo.create(args.agent, "go", first_event=("request", {}))[0].id
+                repo.runs.create(args.agent, "go", first_event=("request", {}))[0].id
                 for _ in range(args.n)
             ]
             started, started_cpu = time.perf_counter(), time.process_time()

@@ -102,7 +102,7 @@ def main() -> None:
         }
         stack = Stack(config, tmp)
         try:
-            with stack.service.repo.engine.begin() as conn:
+            with stack.service.store.engine.begin() as conn:
                 conn.execute(text("CREATE TABLE bench_floor (id bigserial primary key, n int)"))
             floor_worker(stack)
             stack.worker()
@@ -179,7 +179,7 @@ def floor_queue() -> str:
 
 def measure_floor(stack: Stack, n: int) -> Timing:
     """N task hops, one INSERT+COMMIT each, published back to back, until all committed."""
-    engine = stack.service.repo.engine
+    engine = stack.service.store.engine
     queue = floor_queue()
 
     def rows_after(mark: int) -> int:
@@ -201,8 +201,8 @@ def measure_floor(stack: Stack, n: int) -> Timing:
 
 def measure_segments(stack: Stack, n: int, agent: str) -> Timing:
     """N one-segment runs, created beforehand, woken back to back, until all completed."""
-    repo = stack.service.repo
-    ids = [repo.create(agent, "go", first_event=("request", {}))[0].id for _ in range(n)]
+    repo = stack.service.store
+    ids = [repo.runs.create(agent, "go", first_event=("request", {}))[0].id for _ in range(n)]
 
     def wake() -> None:
         for run_id in ids:
@@ -219,7 +219,7 @@ def measure_runs(stack: Stack, n: int) -> Timing:
 
 
 def _until_completed(stack: Stack, n: int, start: Callable[[], object]) -> Timing:
-    engine = stack.service.repo.engine
+    engine = stack.service.store.engine
     since = datetime.now(UTC)
 
     def done() -> bool:

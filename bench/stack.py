@@ -148,17 +148,17 @@ def bench_parking(quick: bool) -> dict[str, Any]:
             w1_once(client, base)
         _settle(stack, client, base)
         empty = [w1_once(client, base)[0] for _ in range(m)]
-        repo = stack.service.repo
+        repo = stack.service.store
         size_before = _db_size(stack)
         progress(f"parking: parking {parked} runs at approval (direct inserts)…")
         lease = stack.service.limits.lease
         for i in range(parked):
-            run, _ = repo.create("w1", "parked")
-            repo.claim(run.id, "bench", lease)
-            repo.suspend(run.id, "bench", state_of_size(run.id, 2_000), None)
+            run, _ = repo.runs.create("w1", "parked")
+            repo.transitions.claim(run.id, "bench", lease)
+            repo.transitions.suspend(run.id, "bench", state_of_size(run.id, 2_000), None)
             if i % 1000 == 999:
                 progress(f"  {i + 1}/{parked}")
-        assert repo.count_by_status()[RunStatus.WAITING_FOR_APPROVAL] >= parked
+        assert repo.queries.count_by_status()[RunStatus.WAITING_FOR_APPROVAL] >= parked
         size_after = _db_size(stack)
         _settle(stack, client, base)
         progress(f"parking: {m} fresh W1 runs with {parked} waiting…")
@@ -177,7 +177,7 @@ def _settle(stack: Stack, client: httpx.Client, base: str) -> None:
     seconds), done before each measure, so that both see the tables as they settle
     and neither sees autovacuum at work; then 10 runs unmeasured, as the new
     statistics make the server plan its statements anew."""
-    engine = stack.service.repo.engine.execution_options(isolation_level="AUTOCOMMIT")
+    engine = stack.service.store.engine.execution_options(isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text("VACUUM ANALYZE"))
     for _ in range(10):
@@ -185,7 +185,7 @@ def _settle(stack: Stack, client: httpx.Client, base: str) -> None:
 
 
 def _db_size(stack: Stack) -> int:
-    with stack.service.repo.engine.connect() as conn:
+    with stack.service.store.engine.connect() as conn:
         return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
 
 
@@ -226,15 +226,15 @@ def bench_endurance(quick: bool) -> dict[str, Any]:
 
 
 def _instant_runs(stack: Stack, n: int) -> None:
-    repo = stack.service.repo
-    done = repo.count_by_status()[RunStatus.COMPLETED]
+    repo = stack.service.store
+    done = repo.queries.count_by_status()[RunStatus.COMPLETED]
     for i in range(n):
         stack.service.start_run("instant", "go")
         if i % 1000 == 999:
             progress(f"  {i + 1}/{n} queued")
     wait_for(
         "the runs",
-        lambda: repo.count_by_status()[RunStatus.COMPLETED] >= done + n,
+        lambda: repo.queries.count_by_status()[RunStatus.COMPLETED] >= done + n,
         timeout=3600,
         interval=0.1,
     )
@@ -261,7 +261,7 @@ def bench_webhook(quick: bool) -> dict[str, Any]:
         progress(f"webhook: throughput, {n} of each with 4 clients…")
         approvals_per_s = _throughput(base, [partial(_post, r) for r in concurrent])
         trivial_per_s = _throughput(base, [lambda c: c.get("/healthz")] * n)
-        waiting = stack.service.repo.count_by_status()[RunStatus.WAITING_FOR_APPROVAL]
+        waiting = stack.service.store.queries.count_by_status()[RunStatus.WAITING_FOR_APPROVAL]
         assert waiting == 0, f"{waiting} approvals were not applied"
     return {
         "approvals": 2 * n,
@@ -282,11 +282,11 @@ Request = tuple[str, bytes, dict[str, str]]
 
 def _signed_approval(stack: Stack, i: int) -> Request:
     """A run parked at approval (direct inserts) and its signed approval, ready to send."""
-    repo = stack.service.repo
-    run, _ = repo.create("w1", "parked")
-    repo.claim(run.id, "bench", stack.service.limits.lease)
+    repo = stack.service.store
+    run, _ = repo.runs.create("w1", "parked")
+    repo.transitions.claim(run.id, "bench", stack.service.limits.lease)
     state = state_of_size(run.id, 2_000)
-    repo.suspend(run.id, "bench", state, None)
+    repo.transitions.suspend(run.id, "bench", state, None)
     if i % 500 == 499:
         progress(f"  {i + 1}")
     return signed_request(f"/v1/runs/{run.id}/approval", _approve(state.turn_digest), SECRET)

@@ -19,21 +19,21 @@ from bench.checkpoint import SIZES, state_of_size
 from bench.common import progress, record, temporary_database
 from loop import Approve, LoopResult, ToolLoop
 from persistence.db import make_engine
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 
 LEASE = timedelta(seconds=60)
 
 
-def checkpoint_and_resume(repo: RunRepository, size: int) -> float:
-    run, _ = repo.create("w1", "x")
-    repo.claim(run.id, "bench", LEASE)
+def checkpoint_and_resume(repo: RunStore, size: int) -> float:
+    run, _ = repo.runs.create("w1", "x")
+    repo.transitions.claim(run.id, "bench", LEASE)
     state = state_of_size(run.id, size)
     start = time.perf_counter()
-    repo.suspend(run.id, "bench", state, expires_at=None)
-    repo.record_decision(run.id, state.turn_digest, {"decision": "approve"})
-    claimed = repo.claim(run.id, "bench", LEASE)
+    repo.transitions.suspend(run.id, "bench", state, expires_at=None)
+    repo.decisions.record_decision(run.id, state.turn_digest, {"decision": "approve"})
+    claimed = repo.transitions.claim(run.id, "bench", LEASE)
     assert claimed is not None
-    result: LoopResult = ToolLoop().resume(MAILER, repo.load_state(claimed), Approve())
+    result: LoopResult = ToolLoop().resume(MAILER, repo.runs.load_state(claimed), Approve())
     elapsed = time.perf_counter() - start
     assert result.output == "done"
     return elapsed
@@ -47,7 +47,7 @@ def main() -> None:
     medians: dict[str, float] = {}
     with temporary_database() as url:
         engine = make_engine(url)
-        repo = RunRepository(engine)
+        repo = RunStore(engine)
         for label, size in SIZES.items():
             progress(f"[{label}] {reps} checkpoint+resume…")
             checkpoint_and_resume(repo, size)

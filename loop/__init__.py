@@ -25,7 +25,6 @@ from loop.messages import (
     UserMessage,
 )
 from loop.model import Model, ModelResponse, ScriptedModel
-from loop.providers import AnthropicModel, OpenAIModel
 from loop.results import LoopResult, Termination, TraceEntry
 from loop.runner import (
     ApprovalRequired,
@@ -52,7 +51,6 @@ from loop.tools import (
 __all__ = [
     "SCHEMA_VERSION",
     "Agent",
-    "AnthropicModel",
     "AirlockError",
     "ApprovalPolicy",
     "ApprovalRequired",
@@ -73,7 +71,6 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelResponse",
-    "OpenAIModel",
     "PendingCall",
     "RequiresApproval",
     "ScriptExhaustedError",

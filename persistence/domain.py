@@ -60,7 +60,7 @@ class Run:
     version: int
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
-    run by every read); open it with ``RunRepository.load_state``."""
+    run by every read); open it with ``Runs.load_state``."""
     unreadable: str | None = None
     """Why a sealed column of the run (read as empty) could not be opened."""
 
@@ -68,7 +68,7 @@ class Run:
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What a segment needs of the run it claimed: the claim reads no more than this,
-    as the first statement of every segment. The rest of the row is ``RunRepository.get``
+    as the first statement of every segment. The rest of the row is ``Runs.get``
     away."""
 
     id: str
@@ -82,7 +82,7 @@ class Claim:
     this segment can have a recorded result to replay."""
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint (the state of the last suspension, or of a failed run's last
-    one); open it with ``RunRepository.load_state``."""
+    one); open it with ``Runs.load_state``."""
     unreadable: str | None = None
     """Why the input (read as empty) could not be opened: the segment fails the run."""
 

@@ -15,12 +15,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from alembic import command
 from persistence.db import make_engine
+from persistence.migrations import upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get(
@@ -29,15 +28,8 @@ POSTGRES_URL = os.environ.get(
 IN_CI = bool(os.environ.get("CI"))
 
 
-def alembic_config(url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.attributes["url"] = url
-    cfg.attributes["configure_logging"] = False
-    return cfg
-
-
 def migrate(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    upgrade(url, revision)
 
 
 class FakeClock:

@@ -10,7 +10,8 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name in ("app", "celery"):
-        from workers.celery_app import app  # noqa: PLC0415 - import the app only when asked
+        from workers import wiring  # noqa: F401, PLC0415 - it provides the tasks' service
+        from workers.celery_app import app  # noqa: PLC0415 - only when asked
 
         return app
     raise AttributeError(f"module 'workers' has no attribute {name!r}")

@@ -19,7 +19,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import ConfigDict, Field, JsonValue, ValidationError
-from sqlalchemy import text
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 from starlette.datastructures import Headers
@@ -27,8 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loop import DecisionError, StateError
-from persistence.domain import RunStatus
-from persistence.repository import BadCursorError, UnknownRunError, utcnow
+from persistence.domain import Run, RunStatus
+from persistence.store import BadCursorError, UnknownRunError
 from workers.decisions import DecisionBody, TextBody
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service
@@ -54,6 +53,23 @@ class ProblemError(Exception):
 
 APPROVAL_EXPIRED = "/problems/approval-expired"
 """The problem type of a decision that came after the approval's ``expires_at``."""
+
+PROBLEMS: dict[type[Exception], tuple[int, str]] = {
+    UnknownRunError: (404, "Not found"),
+    ConflictError: (409, "Conflict"),
+    StateError: (409, "Unreadable state"),
+    DecisionError: (422, "Decision refused"),
+    BadCursorError: (422, "Bad cursor"),
+    UnknownAgentError: (422, "Unknown agent"),
+}
+"""How the service's errors are answered: every route lets them through to here."""
+
+
+def problem_of(exc: Exception) -> ProblemError:
+    if isinstance(exc, ConflictError) and exc.expired:
+        return ProblemError(409, "Approval expired", str(exc), type=APPROVAL_EXPIRED)
+    status, title = next(p for kind, p in PROBLEMS.items() if isinstance(exc, kind))
+    return ProblemError(status, title, str(exc))
 
 
 class SafeJSONResponse(JSONResponse):
@@ -117,29 +133,26 @@ class _StoreCollector(Collector):
             return list(self._read[1])
 
     def _families(self) -> list[Any]:
-        repo = self._service.repo
+        figures = self._service.stats(finished_within=())
         by_status = GaugeMetricFamily("airlock_runs", "Runs by status", labels=["status"])
-        for status, count in repo.count_by_status().items():
+        for status, count in figures.runs.items():
             by_status.add_metric([status.value], count)
-        oldest = repo.oldest_waiting()
-        age = (utcnow() - oldest).total_seconds() if oldest else 0.0
-        outbox = repo.outbox.counts()
         return [
             by_status,
             GaugeMetricFamily(
                 "airlock_oldest_waiting_approval_seconds",
                 "Age of the oldest waiting run",
-                value=age,
+                value=figures.oldest_waiting_seconds or 0.0,
             ),
             GaugeMetricFamily(
                 "airlock_notifications_due",
                 "Notifications in the outbox waiting for a delivery attempt",
-                value=outbox.due,
+                value=figures.notifications_due,
             ),
             GaugeMetricFamily(
                 "airlock_notifications_given_up",
                 "Notifications whose every delivery attempt failed (kept in the outbox)",
-                value=outbox.given_up,
+                value=figures.notifications_given_up,
             ),
         ]
 
@@ -170,6 +183,12 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
         return problem_response(exc.status, exc.title, exc.detail, type=exc.type)
+
+    for kind in PROBLEMS:
+
+        @app.exception_handler(kind)
+        async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+            return await _problem(request, problem_of(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -270,25 +289,7 @@ async def _read_within(receive: Receive, length: str | None, limit: int) -> byte
             return b"".join(chunks)
 
 
-def _finder(service: Service) -> tuple[Callable[[str], Any], Callable[[Any], dict[str, JsonValue]]]:
-    def found(run_id: str) -> Any:
-        run = service.repo.get(run_id)
-        if run is None:
-            raise ProblemError(404, "Not found", f"no run has id {run_id!r}")
-        return run
-
-    def view(run: Any) -> dict[str, JsonValue]:
-        try:
-            return run_view(service, run)
-        except StateError as exc:
-            raise ProblemError(409, "Unreadable state", str(exc)) from exc
-
-    return found, view
-
-
 def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
-    found, view = _finder(service)
-
     def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
         if not config.api_token:
             return
@@ -299,14 +300,14 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
 
     auth = [Depends(authorised)]
 
+    def view(run: Run) -> dict[str, JsonValue]:
+        return run_view(service, run)
+
     @app.post("/v1/runs", status_code=201, dependencies=auth)
     def create_run(body: CreateRun, response: Response) -> dict[str, JsonValue]:
-        try:
-            run, created = service.start_run(
-                body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
-            )
-        except UnknownAgentError as exc:
-            raise ProblemError(422, "Unknown agent", str(exc)) from exc
+        run, created = service.start_run(
+            body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
+        )
         if not created:
             response.status_code = 200
         return view(run)
@@ -318,15 +319,12 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
         cursor: str | None = None,
     ) -> dict[str, JsonValue]:
-        try:
-            page = service.repo.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
-        except BadCursorError as exc:
-            raise ProblemError(422, "Bad cursor", str(exc)) from exc
+        page = service.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
         return {"runs": [view(r) for r in page.runs], "next_cursor": page.next_cursor}
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
     def get_run(run_id: str) -> dict[str, JsonValue]:
-        return view(found(run_id))
+        return view(service.get_run(run_id))
 
     @app.get("/v1/runs/{run_id}/events", dependencies=auth)
     def run_events(
@@ -334,25 +332,16 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         after: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     ) -> dict[str, JsonValue]:
-        found(run_id)
-        events = service.repo.events(run_id, after=after, limit=limit)
+        events = service.events(run_id, after=after, limit=limit)
         return {"events": [event_view(e) for e in events]}
 
     @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
     def cancel(run_id: str) -> dict[str, JsonValue]:
-        found(run_id)
-        try:
-            return view(service.cancel(run_id, by="api"))
-        except ConflictError as exc:
-            raise ProblemError(409, "Conflict", str(exc)) from exc
+        return view(service.cancel(run_id, by="api"))
 
     @app.post("/v1/runs/{run_id}/retry", status_code=202, dependencies=auth)
     def retry(run_id: str) -> dict[str, JsonValue]:
-        found(run_id)
-        try:
-            return view(service.retry(run_id, by="api"))
-        except ConflictError as exc:
-            raise ProblemError(409, "Conflict", str(exc)) from exc
+        return view(service.retry(run_id, by="api"))
 
 
 def _approval_route(
@@ -374,21 +363,9 @@ def _approval_route(
             result = await run_in_threadpool(
                 service.record_decision, run_id, body, source="webhook", webhook_id=webhook_id
             )
-        except UnknownRunError as exc:
-            metrics.decisions.labels("not_found").inc()
-            raise ProblemError(404, "Not found", f"no run has id {run_id!r}") from exc
-        except ConflictError as exc:
-            metrics.decisions.labels("expired" if exc.expired else "conflict").inc()
-            if exc.expired:
-                raise ProblemError(
-                    409, "Approval expired", str(exc), type=APPROVAL_EXPIRED
-                ) from exc
-            raise ProblemError(409, "Conflict", str(exc)) from exc
-        except DecisionError as exc:
-            metrics.decisions.labels("invalid").inc()
-            raise ProblemError(422, "Decision refused", str(exc)) from exc
-        except StateError as exc:
-            raise ProblemError(409, "Unreadable state", str(exc)) from exc
+        except (UnknownRunError, ConflictError, DecisionError) as exc:
+            metrics.decisions.labels(_refused(exc)).inc()
+            raise
         metrics.decisions.labels(result.result).inc()
         if result.result == "duplicate":
             response.status_code = 200
@@ -398,6 +375,13 @@ def _approval_route(
             "decision": result.decision,
             "approver": result.approver,
         }
+
+
+def _refused(exc: Exception) -> str:
+    """The ``airlock_decisions_total`` label of a decision the service refused."""
+    if isinstance(exc, ConflictError):
+        return "expired" if exc.expired else "conflict"
+    return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
 
 
 def _operations(
@@ -411,8 +395,7 @@ def _operations(
     def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
         try:
-            with service.repo.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
+            service.ping()
             checks["database"] = "ok"
         except Exception as exc:
             checks["database"] = f"unreachable: {type(exc).__name__}"
@@ -479,16 +462,11 @@ def _explain(errors: Any) -> str:
 
 
 def default_app() -> FastAPI:
-    from workers.celery_app import app as celery  # noqa: PLC0415 - wiring
-    from workers.runtime import service  # noqa: PLC0415
+    from workers import wiring  # noqa: PLC0415 - the app is built on first access
     from workers.settings import check_secrets, settings  # noqa: PLC0415
 
-    def check_broker() -> None:
-        with celery.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-
     check_secrets(settings())
-    return create_app(service(), settings(), check_broker=check_broker)
+    return create_app(wiring.service(), settings(), check_broker=wiring.check_broker)
 
 
 _app: FastAPI | None = None

@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,8 +20,7 @@ from celery.signals import worker_init, worker_process_init
 
 from workers import embedded_broker, metrics
 from workers.notify import deliver_due
-from workers.runtime import service
-from workers.service import EventType, is_database_error
+from workers.service import EventType, Service, is_database_error
 from workers.settings import Settings, settings
 
 log = logging.getLogger("airlock")
@@ -85,6 +85,19 @@ def make_app(config: Settings) -> Celery:
 
 
 app = make_app(settings())
+_provided: list[tuple[Callable[[], Service], Callable[[], None]]] = []
+
+
+def provide(service: Callable[[], Service], *, fresh: Callable[[], None]) -> None:
+    """How the tasks get the process's service: ``workers.wiring`` provides it, and how
+    to drop it (``fresh``: a forked pool child builds its own)."""
+    _provided[:] = [(service, fresh)]
+
+
+def service() -> Service:
+    if not _provided:
+        raise RuntimeError("no service provided: load the app as workers.app (workers.wiring)")
+    return _provided[0][0]()
 
 
 def enqueue_segment(run_id: str, delay: float | None = None) -> None:
@@ -115,8 +128,9 @@ def _serve_metrics(**_: object) -> None:
 def _fresh_connections(**_: object) -> None:
     # a forked child must not share the parent's database connections; its tasks run
     # in this thread, which keeps its own between them
-    service.cache_clear()
-    service().repo.hold_connections()
+    if _provided:
+        _provided[0][1]()
+    service().hold_connections()
 
 
 def _backoff(retries: int) -> float:
@@ -158,7 +172,7 @@ def notify(event_type: EventType, run_id: str, event: object = None) -> int:
     with it, then delivered as every other."""
     del event
     if settings().notify_url:
-        service().repo.outbox.add(run_id, event_type)
+        service().add_notification(run_id, event_type)
     return int(deliver_notifications())
 
 

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from alembic.config import Config as AlembicConfig
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from alembic import command as alembic_command
 from loop import DecisionError, StateError
+from persistence import migrations
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
-from persistence.repository import BadCursorError, UnknownRunError, utcnow
+from persistence.store import BadCursorError, UnknownRunError
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service
@@ -57,16 +56,16 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def service() -> Service:
-    from workers.runtime import service as build  # noqa: PLC0415 - wiring on demand
+    from workers.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
 
 
 def require_run(run_id: str) -> Run:
-    run = service().repo.get(run_id)
-    if run is None:
-        fail(f"no run has id {run_id!r}", 4)
-    return run
+    try:
+        return service().get_run(run_id)
+    except UnknownRunError as exc:
+        fail(str(exc), 4)
 
 
 def emit(value: JsonValue) -> None:
@@ -84,24 +83,18 @@ def parse_duration(text: str) -> timedelta:
 # -- schema and processes -----------------------------------------------------------------
 
 
-def alembic_config(url: str) -> AlembicConfig:
-    cfg = AlembicConfig(str(ROOT / "alembic.ini"))
-    cfg.attributes["url"] = url
-    cfg.attributes["configure_logging"] = False
-    return cfg
-
-
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
-    alembic_command.upgrade(alembic_config(settings().database_url), revision)
+    migrations.upgrade(settings().database_url, revision)
     typer.echo(f"database {settings().database_url} upgraded to {revision}")
 
 
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -l info)."""
-    from workers.celery_app import app as celery  # noqa: PLC0415 - load Celery on demand
+    from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
+    from workers.celery_app import app as celery  # noqa: PLC0415
 
     celery.worker_main(["worker", *ctx.args])
 
@@ -109,7 +102,8 @@ def worker(ctx: typer.Context) -> None:
 @app.command(context_settings=PASSTHROUGH)
 def beat(ctx: typer.Context) -> None:
     """Run Celery beat: the sweeper, approval expiry and retention purge."""
-    from workers.celery_app import app as celery  # noqa: PLC0415 - load Celery on demand
+    from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
+    from workers.celery_app import app as celery  # noqa: PLC0415
 
     celery.start(["beat", *ctx.args])
 
@@ -189,7 +183,7 @@ def runs_list(
 ) -> None:
     """List runs, newest first (filters as in GET /v1/runs)."""
     try:
-        page = service().repo.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
+        page = service().list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
     except BadCursorError as exc:
         fail(str(exc), 2)
     if as_json:
@@ -243,7 +237,7 @@ def _print_turn(pending: JsonValue) -> None:
 def runs_events(run_id: str, as_json: JsonOption = False) -> None:
     """The run's audit stream."""
     require_run(run_id)
-    events = service().repo.events(run_id)
+    events = service().events(run_id)
     if as_json:
         emit([event_view(e) for e in events])
         return
@@ -377,9 +371,7 @@ def _all_failed(agent: str | None) -> list[str]:
     ids: list[str] = []
     cursor = None
     while True:
-        page = service().repo.list_runs(
-            status=RunStatus.FAILED, agent=agent, limit=500, cursor=cursor
-        )
+        page = service().list_runs(status=RunStatus.FAILED, agent=agent, limit=500, cursor=cursor)
         ids += [r.id for r in page.runs]
         if page.next_cursor is None:
             return ids
@@ -412,32 +404,36 @@ def purge(
 @app.command()
 def stats(as_json: JsonOption = False) -> None:
     """Runs by status, the oldest waiting approval, expired leases, recent throughput."""
-    repo = service().repo
-    now = utcnow()
-    oldest = repo.oldest_waiting()
+    figures = service().stats()
+    age = figures.oldest_waiting_seconds
     data: dict[str, JsonValue] = {
-        "runs": {s.value: n for s, n in repo.count_by_status().items()},
-        "oldest_waiting_seconds": round((now - oldest).total_seconds(), 1) if oldest else None,
-        "expired_leases": repo.expired_lease_count(),
+        "runs": {s.value: n for s, n in figures.runs.items()},
+        "oldest_waiting_seconds": round(age, 1) if age is not None else None,
+        "expired_leases": figures.expired_leases,
         "finished": {
-            f"last_{minutes}m": {
-                s.value: n for s, n in repo.finished_since(now - timedelta(minutes=minutes)).items()
-            }
-            for minutes in (5, 15, 60)
+            f"last_{minutes}m": {s.value: n for s, n in counts.items()}
+            for minutes, counts in figures.finished.items()
+        },
+        "notifications": {
+            "due": figures.notifications_due,
+            "given_up": figures.notifications_given_up,
         },
     }
     if as_json:
         emit(data)
         return
     table = Table("status", "runs")
-    for status, n in data["runs"].items():  # type: ignore[union-attr]
-        table.add_row(status, str(n))
+    for status, n in figures.runs.items():
+        table.add_row(status.value, str(n))
     console.print(table)
-    age = data["oldest_waiting_seconds"]
-    console.print(f"oldest waiting approval: {'none waiting' if age is None else f'{age} s'}")
-    console.print(f"expired leases: {data['expired_leases']}")
-    for window, counts in data["finished"].items():  # type: ignore[union-attr]
-        console.print(f"finished {window.removeprefix('last_')}: {counts or 'none'}")
+    waited = "none waiting" if age is None else f"{round(age, 1)} s"
+    console.print(f"oldest waiting approval: {waited}")
+    console.print(f"expired leases: {figures.expired_leases}")
+    for minutes, counts in figures.finished.items():
+        finished = {s.value: n for s, n in counts.items()}
+        console.print(f"finished {minutes}m: {finished or 'none'}")
+    due, given_up = figures.notifications_due, figures.notifications_given_up
+    console.print(f"notifications: {due} due, {given_up} given up")
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from standardwebhooks import Webhook
 
-from alembic import command as alembic_command
+from persistence import migrations
 from workers.settings import settings
 
 
@@ -45,15 +45,13 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from workers.runtime import service  # noqa: PLC0415
+    from workers.wiring import service  # noqa: PLC0415
 
     service.cache_clear()
 
 
 def migrate() -> None:
-    from workers.cli import alembic_config  # noqa: PLC0415
-
-    alembic_command.upgrade(alembic_config(settings().database_url), "head")
+    migrations.upgrade(settings().database_url)
 
 
 @contextmanager

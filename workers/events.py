@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from loop import LoopEvent, Usage, event_payload
 from loop.events import DecisionApplied, ModelCalled, RunStarted
 from persistence.domain import CallRecord
-from persistence.repository import Event, RunRepository
+from persistence.store import Event, RunStore
 
 
 class Pending(NamedTuple):
@@ -37,9 +38,15 @@ class RunEventSink:
     """The loop emits into it from the segment's thread; the keeper thread may flush it."""
 
     def __init__(
-        self, repo: RunRepository, run_id: str, owner: str, usage: Usage | None = None
+        self,
+        store: RunStore,
+        run_id: str,
+        owner: str,
+        usage: Usage | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._repo = repo
+        self._store = store
         self._run_id = run_id
         self._owner = owner
         self.usage = usage or Usage()
@@ -47,8 +54,9 @@ class RunEventSink:
         self._pending: list[Event] = []
         self._calls: list[CallRecord] = []
         self._counters: tuple[int, Usage] | None = None
+        self._clock = clock
         self._since = 0.0
-        """When the oldest pending event was emitted (``time.monotonic``)."""
+        """When the oldest pending event was emitted (on ``clock``)."""
         self._lock = threading.Lock()
 
     def emit(self, event: LoopEvent) -> None:
@@ -65,7 +73,7 @@ class RunEventSink:
                 self.usage = self.usage + event.usage
                 self._counters = (event.iteration, self.usage)  # raised on the row with it
             if not self._pending:
-                self._since = time.monotonic()
+                self._since = self._clock()
             self._pending.append((kind, payload))
 
     def record(self, call: CallRecord) -> None:
@@ -78,8 +86,8 @@ class RunEventSink:
         (``waited``) its oldest event has waited that many seconds. What could not be
         written stays pending; if the run's lease was taken over, ``LeaseLostError``."""
         with self._lock:
-            if self._pending and time.monotonic() - self._since >= waited:
-                self._repo.append_events(
+            if self._pending and self._clock() - self._since >= waited:
+                self._store.events.append_events(
                     self._run_id,
                     self._pending,
                     counters=self._counters,

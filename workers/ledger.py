@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
 from persistence.domain import CallRecord, CallStatus
-from persistence.repository import Clock, RunRepository, utcnow
+from persistence.store import Clock, RunStore, utcnow
 
 
 class InDoubtCallError(AirlockError):
@@ -35,7 +35,7 @@ class LedgerExecutor:
 
     def __init__(
         self,
-        repo: RunRepository,
+        store: RunStore,
         run_id: str,
         before: Callable[[], None] | None = None,
         *,
@@ -49,7 +49,7 @@ class LedgerExecutor:
         False when the run's ledger was empty as the segment began, so no read of it
         can have a recorded result to look up. ``owner``: the segment's lease, under which
         alone a call that acts is started."""
-        self._repo = repo
+        self._store = store
         self._run_id = run_id
         self._before = before
         self._record = record
@@ -63,7 +63,7 @@ class LedgerExecutor:
         if self._before is not None:
             self._before()
         call_id = invocation.context.call_id
-        entry, fresh = self._repo.start_call(
+        entry, fresh = self._store.ledger.start_call(
             self._run_id,
             call_id,
             invocation.tool.name,
@@ -82,9 +82,11 @@ class LedgerExecutor:
                     f"for idempotency key {invocation.context.idempotency_key} and finish the "
                     f"run by hand."
                 )
-            self._repo.restart_call(self._run_id, call_id)
+            self._store.ledger.restart_call(self._run_id, call_id)
         outcome = invocation.invoke()
-        self._repo.finish_call(self._run_id, call_id, outcome.content, is_error=outcome.is_error)
+        self._store.ledger.finish_call(
+            self._run_id, call_id, outcome.content, is_error=outcome.is_error
+        )
         return outcome
 
     def _read(self, invocation: ToolInvocation) -> ToolOutcome:
@@ -92,16 +94,11 @@ class LedgerExecutor:
         lost mid-call, it would be run again anyway. Only its result is recorded, for
         a redelivered segment to replay."""
         call_id = invocation.context.call_id
-        entry = self._repo.recorded_call(self._run_id, call_id) if self._ledger else None
-        if entry is not None and entry.status is not CallStatus.STARTED:
+        entry = self._store.ledger.recorded_call(self._run_id, call_id) if self._ledger else None
+        if entry is not None:  # a read's record always has its result
             return ToolOutcome(entry.result or "", entry.is_error)
         started = self._clock()
         outcome = invocation.invoke()
-        if entry is not None:  # started by an earlier version that recorded reads first
-            self._repo.finish_call(
-                self._run_id, call_id, outcome.content, is_error=outcome.is_error
-            )
-            return outcome
         call = CallRecord(
             call_id,
             invocation.tool.name,
@@ -115,5 +112,5 @@ class LedgerExecutor:
         if self._record is not None:
             self._record(call)
         else:
-            self._repo.record_calls(self._run_id, [call])
+            self._store.ledger.record_calls(self._run_id, [call])
         return outcome

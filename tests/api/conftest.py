@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
 from persistence.db import make_engine
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from workers.api import create_app
 from workers.registry import Registry
 from workers.service import Service
@@ -98,7 +98,7 @@ def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}") -> Api:
     )
     enqueued: list[str] = []
     service = Service(
-        repo=RunRepository(make_engine(url)),
+        store=RunStore(make_engine(url)),
         registry=Registry.from_paths(config.agents),
         enqueue=lambda run_id, delay=None: enqueued.append(run_id),
     )
@@ -110,4 +110,4 @@ def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}") -> Api:
 def api(db_url: str) -> Iterator[Api]:
     api = make_api(db_url)
     yield api
-    api.service.repo.engine.dispose()
+    api.service.store.engine.dispose()

@@ -13,8 +13,8 @@ from tests.api.conftest import OLD_SECRET, SECRET, Api
 
 
 def snapshot(api: Api, run_id: str) -> tuple[Any, ...]:
-    run = api.service.repo.require(run_id)
-    return (run, len(api.service.repo.events(run_id)), list(api.enqueued))
+    run = api.service.store.runs.require(run_id)
+    return (run, len(api.service.store.events.read(run_id)), list(api.enqueued))
 
 
 def problem(response: Any, status: int) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def test_run_endpoints_need_the_bearer_token(api: Api, headers: dict[str, str]) 
             method, path, headers=headers, json={"agent": "w1", "input": "x"}
         )
         problem(response, 401)
-    assert api.service.repo.require(run["id"]).status.value == "queued"
+    assert api.service.store.runs.require(run["id"]).status.value == "queued"
 
 
 def test_waiting_run_shows_what_is_to_be_approved(api: Api) -> None:
@@ -147,9 +147,9 @@ def test_cancel_and_retry(api: Api) -> None:
     problem(api.client.post(f"/v1/runs/{run['id']}/retry", headers=api.headers()), 409)
 
     failing = api.create("w1")
-    api.service.repo.claim(failing["id"], "w", api.service.limits.lease)
-    api.service.repo.finish(
-        failing["id"], api.service.repo.require(failing["id"]).status.FAILED, error="boom"
+    api.service.store.transitions.claim(failing["id"], "w", api.service.limits.lease)
+    api.service.store.transitions.finish(
+        failing["id"], api.service.store.runs.require(failing["id"]).status.FAILED, error="boom"
     )
     retried = api.client.post(f"/v1/runs/{failing['id']}/retry", headers=api.headers())
     assert retried.status_code == 202 and retried.json()["status"] == "queued"
@@ -177,7 +177,7 @@ def test_approval_is_202_once_then_200(api: Api) -> None:
     same = api.approve(view["id"], approval(view, approver="bob"))
     assert same.status_code == 200
     assert api.enqueued == [view["id"]]
-    decision = [e for e in api.service.repo.events(view["id"]) if e.kind == "decision"]
+    decision = [e for e in api.service.store.events.read(view["id"]) if e.kind == "decision"]
     assert len(decision) == 1 and decision[0].payload["approver"] == "ann"
 
     conflicting = api.approve(view["id"], approval(view, decision="deny", reason="no"))
@@ -199,7 +199,7 @@ def test_per_call_decisions_and_edits(api: Api) -> None:
     )
     assert api.approve(view["id"], body).status_code == 202
     api.segment(view["id"])
-    ledger = api.service.repo.ledger(view["id"])
+    ledger = api.service.store.ledger.entries(view["id"])
     assert [(e.tool, e.status.value) for e in ledger] == [
         ("lookup", "succeeded"),
         ("send_email", "succeeded"),
@@ -258,7 +258,9 @@ def test_bad_approvals_change_nothing(api: Api, mutate: Any, status: int) -> Non
     before = snapshot(api, view["id"])
     problem(mutate(api, view, approval(view)), status)
     assert snapshot(api, view["id"]) == before
-    assert api.service.repo.decision_for(view["id"], view["pending"]["turn_digest"]) is None
+    assert (
+        api.service.store.decisions.decision_for(view["id"], view["pending"]["turn_digest"]) is None
+    )
 
 
 def test_approval_of_a_run_that_is_not_waiting_is_409(api: Api) -> None:
@@ -295,7 +297,7 @@ def test_approvals_are_disabled_without_a_secret(db_url: str) -> None:
     api = make_api(db_url, webhook_secret="")
     view = api.waiting()
     problem(api.approve(view["id"], approval(view)), 503)
-    api.service.repo.engine.dispose()
+    api.service.store.engine.dispose()
 
 
 # -- operations -------------------------------------------------------------------------
@@ -321,13 +323,13 @@ def test_scrapes_count_runs_in_the_database_at_most_every_few_seconds(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counted: list[int] = []
-    count_by_status = api.service.repo.count_by_status
+    count_by_status = api.service.store.queries.count_by_status
 
     def counting() -> Any:
         counted.append(1)
         return count_by_status()
 
-    monkeypatch.setattr(api.service.repo, "count_by_status", counting)
+    monkeypatch.setattr(api.service.store.queries, "count_by_status", counting)
     for _ in range(5):
         metrics = api.client.get("/metrics").text
     assert len(counted) == 1

@@ -72,7 +72,7 @@ def test_a_cursor_with_a_naive_time_is_422(api: Api) -> None:
 def test_nul_in_an_input_is_stored_losslessly(api: Api) -> None:
     run = api.create(input="mail \x00 42")
     api.segment(run["id"])
-    assert api.service.repo.require(run["id"]).input == "mail \x00 42"
+    assert api.service.store.runs.require(run["id"]).input == "mail \x00 42"
     assert api.run(run["id"])["status"] == "waiting_for_approval"
 
 
@@ -91,10 +91,10 @@ def test_one_unreadable_checkpoint_breaks_only_its_own_run(api: Api) -> None:
 
     from sqlalchemy import update
 
-    from persistence.repository import RUNS
+    from persistence.store.sql import RUNS
 
     bad, good = api.waiting(), api.waiting()
-    with api.service.repo.engine.begin() as conn:
+    with api.service.store.engine.begin() as conn:
         conn.execute(
             update(RUNS)
             .where(RUNS.c.id == uuid.UUID(bad["id"]))

@@ -13,7 +13,7 @@ import pytest
 
 from persistence.db import make_engine
 from persistence.domain import RunStatus
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from workers.registry import Registry
 from workers.service import Service
 
@@ -48,18 +48,18 @@ def cli_env(db_url: str, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def service(db_url: str) -> Any:
     svc = Service(
-        repo=RunRepository(make_engine(db_url)),
+        store=RunStore(make_engine(db_url)),
         registry=Registry.from_paths("tests.integration.agents:AGENTS"),
         enqueue=lambda run_id, delay=None: None,
     )
     yield svc
-    svc.repo.engine.dispose()
+    svc.store.engine.dispose()
 
 
 def waiting(service: Service) -> str:
     run, _ = service.start_run("w1", "mail")
     service.run_segment(run.id, "cli-test")
-    assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.store.runs.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
     return run.id
 
 
@@ -96,7 +96,7 @@ def test_approve_deny_cancel_retry(
     assert "send_email" in shown.stdout and "yes" in shown.stdout
     approved = airlock("approve", first, "--approver", "ops", env=cli_env, cwd=tmp_path)
     assert approved.returncode == 0, approved.stderr
-    assert service.repo.require(first).status is RunStatus.QUEUED
+    assert service.store.runs.require(first).status is RunStatus.QUEUED
     again = airlock("approve", first, env=cli_env, cwd=tmp_path)
     assert again.returncode == 1 and "not waiting" in again.stderr
 
@@ -105,7 +105,7 @@ def test_approve_deny_cancel_retry(
     assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
     denied = airlock("deny", second, "--reason", "not today", env=cli_env, cwd=tmp_path)
     assert denied.returncode == 0
-    decision = next(e for e in service.repo.events(second) if e.kind == "decision")
+    decision = next(e for e in service.store.events.read(second) if e.kind == "decision")
     assert decision.payload["source"] == "cli" and decision.payload["reason"] == "not today"
 
     third = waiting(service)
@@ -117,11 +117,11 @@ def test_approve_deny_cancel_retry(
     assert retried.returncode == 1 and "only failed runs" in retried.stderr
 
     run, _ = service.start_run("w1", "x")
-    service.repo.claim(run.id, "w", service.limits.lease)
-    service.repo.finish(run.id, RunStatus.FAILED, owner="w", error="boom")
+    service.store.transitions.claim(run.id, "w", service.limits.lease)
+    service.store.transitions.finish(run.id, RunStatus.FAILED, owner="w", error="boom")
     bulk = airlock("retry", "--all-failed", env=cli_env, cwd=tmp_path)
     assert bulk.returncode == 0 and "1 failed runs queued" in bulk.stdout
-    assert service.repo.require(run.id).status is RunStatus.QUEUED
+    assert service.store.runs.require(run.id).status is RunStatus.QUEUED
 
 
 def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Service) -> None:
@@ -134,7 +134,7 @@ def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Servi
     kept = airlock("purge", "--older-than", "1d", env=cli_env, cwd=tmp_path)
     assert kept.returncode == 0 and "removed 0" in kept.stdout
     gone = airlock("purge", "--older-than", "0s", env=cli_env, cwd=tmp_path)
-    assert "removed 1" in gone.stdout and service.repo.get(run.id) is None
+    assert "removed 1" in gone.stdout and service.store.runs.get(run.id) is None
 
 
 @pytest.mark.parametrize(
@@ -167,15 +167,15 @@ def test_approve_shows_the_turn_and_quotes_a_digest(
     run_id = waiting(service)
     stale = airlock("approve", run_id, "--digest", "0" * 64, env=cli_env, cwd=tmp_path)
     assert stale.returncode == 1 and "not the digest of the turn that waits" in stale.stderr
-    assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
-    digest = service.repo.require(run_id).turn_digest or ""
+    assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+    digest = service.store.runs.require(run_id).turn_digest or ""
     shown = airlock("approve", run_id, env=cli_env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert digest in shown.stdout and "send_email" in shown.stdout
-    assert service.repo.require(run_id).status is RunStatus.QUEUED
+    assert service.store.runs.require(run_id).status is RunStatus.QUEUED
 
     other = waiting(service)
-    quoted = service.repo.require(other).turn_digest or ""
+    quoted = service.store.runs.require(other).turn_digest or ""
     denied = airlock("deny", other, "--reason", "no", "--digest", quoted, env=cli_env, cwd=tmp_path)
     assert denied.returncode == 0, denied.stderr
-    assert service.repo.require(other).status is RunStatus.QUEUED
+    assert service.store.runs.require(other).status is RunStatus.QUEUED

@@ -11,7 +11,7 @@ from pydantic import JsonValue
 
 from loop import ApprovalRequired, SuspendedRunState, ToolLoop
 from persistence.domain import Run
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 LEASE = timedelta(seconds=30)
@@ -31,12 +31,12 @@ def suspended_state(run_id: str, body: str = "Hello", padding: int = 0) -> Suspe
     return info.value.state
 
 
-def waiting_run(repo: RunRepository, owner: str = "w1") -> tuple[Run, SuspendedRunState]:
-    run, _ = repo.create("mailer", "Mail a")
-    assert repo.claim(run.id, owner, LEASE) is not None
+def waiting_run(repo: RunStore, owner: str = "w1") -> tuple[Run, SuspendedRunState]:
+    run, _ = repo.runs.create("mailer", "Mail a")
+    assert repo.transitions.claim(run.id, owner, LEASE) is not None
     state = suspended_state(run.id)
-    assert repo.suspend(run.id, owner, state, expires_at=None)
-    return repo.require(run.id), state
+    assert repo.transitions.suspend(run.id, owner, state, expires_at=None)
+    return repo.runs.require(run.id), state
 
 
 APPROVE: dict[str, JsonValue] = {"decision": "approve"}

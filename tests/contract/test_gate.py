@@ -31,9 +31,10 @@ from loop import (
 )
 from loop.messages import AssistantMessage, JsonObject, Message, ToolCall, Usage
 from loop.tools import ToolSchema
+from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.domain import CallStatus, RunStatus
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from tests.conftest import FakeClock
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.registry import Registry
@@ -66,12 +67,17 @@ def deny_wipe(tool: Tool, arguments: JsonObject) -> Approve | Deny | Ask:
     return Deny(reason="never wipe") if tool.name == "wipe" else Ask()
 
 
-def service_for(engine: Engine, *agents: Agent, clock: FakeClock | None = None) -> Service:
-    repo = RunRepository(engine, clock=clock) if clock else RunRepository(engine)
+def service_for(
+    engine: Engine, *agents: Agent, clock: FakeClock | None = None, key: str | None = None
+) -> Service:
+    cipher = StateCipher(key)
+    repo = (
+        RunStore(engine, clock=clock, cipher=cipher) if clock else RunStore(engine, cipher=cipher)
+    )
     woken: list[str] = []
     kwargs = {"clock": clock} if clock else {}
     return Service(
-        repo=repo,
+        store=repo,
         registry=Registry(agents),
         enqueue=lambda run_id, delay=None: woken.append(run_id),
         limits=Limits(retry_base_delay=0.01),
@@ -100,7 +106,7 @@ def policy_agent(ran: list[str]) -> Agent:
 def waiting(service: Service, agent: str) -> tuple[str, str]:
     run, _ = service.start_run(agent, "go")
     assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
-    digest = service.repo.require(run.id).turn_digest
+    digest = service.store.runs.require(run.id).turn_digest
     assert digest is not None
     return run.id, digest
 
@@ -112,7 +118,7 @@ def test_a_turn_level_approve_does_not_override_the_policys_deny(engine: Engine)
     ran: list[str] = []
     service = service_for(engine, policy_agent(ran))
     run_id, digest = waiting(service, "policed")
-    view = run_view(service, service.repo.require(run_id))
+    view = run_view(service, service.store.runs.require(run_id))
     pending = view["pending"]
     assert isinstance(pending, dict) and isinstance(pending["calls"], list)
     verdicts = {c["id"]: (c["verdict"], c["policy_reason"]) for c in pending["calls"]}  # type: ignore[call-overload,index]
@@ -123,7 +129,7 @@ def test_a_turn_level_approve_does_not_override_the_policys_deny(engine: Engine)
     )
     assert service.run_segment(run_id, "w").outcome is Outcome.COMPLETED
     assert ran == ["send_email mail"]
-    decided = [e.payload for e in service.repo.events(run_id) if e.kind == "decision"]
+    decided = [e.payload for e in service.store.events.read(run_id) if e.kind == "decision"]
     wipe = [(p["decision"], p["source"]) for p in decided if p.get("call_id") == "wipe"]
     assert wipe == [("deny", "policy")]
 
@@ -139,8 +145,8 @@ def test_a_decision_naming_a_call_the_policy_decided_is_refused(engine: Engine) 
     )
     with pytest.raises(DecisionError, match="decided by the approval policy"):
         service.record_decision(run_id, body, source="t")
-    assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
-    assert service.repo.decision_for(run_id, digest) is None
+    assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.store.decisions.decision_for(run_id, digest) is None
     # naming only the asked call: the policy's deny still stands for the other
     only_mail = DecisionBody(
         turn_digest=digest, decision="approve", calls={"mail": CallDecisionBody(decision="approve")}
@@ -225,9 +231,9 @@ def test_a_worker_lost_right_after_a_policy_approved_write_is_in_doubt_not_repea
     assert service.run_segment(run.id, "next").outcome is Outcome.FAILED
     assert ran == ["send_email fresh-1-0"]  # once: the model was not asked again
     assert model.calls == 1
-    failed = service.repo.require(run.id)
+    failed = service.store.runs.require(run.id)
     assert "never recorded" in (failed.error or "") and "fresh-1-0" in (failed.error or "")
-    assert [e.status for e in service.repo.ledger(run.id)] == [CallStatus.STARTED]
+    assert [e.status for e in service.store.ledger.entries(run.id)] == [CallStatus.STARTED]
 
 
 def test_a_worker_lost_after_a_recorded_write_replays_it_and_completes(
@@ -241,7 +247,7 @@ def test_a_worker_lost_after_a_recorded_write_replays_it_and_completes(
     assert service.run_segment(run.id, "next").outcome is Outcome.COMPLETED
     assert ran == ["send_email fresh-1-0"]
     assert model.calls == 3  # the write's turn was not asked for again; the answer was
-    assert service.repo.require(run.id).output == "done"
+    assert service.store.runs.require(run.id).output == "done"
 
 
 def test_a_write_after_a_resumed_turn_is_written_ahead_too(
@@ -289,7 +295,7 @@ def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: 
         service.record_decision(
             y, DecisionBody(turn_digest=digest_x, decision="approve"), source="t"
         )
-    assert service.repo.require(y).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.store.runs.require(y).status is RunStatus.WAITING_FOR_APPROVAL
 
 
 # -- 3. expiry is guarded on the run still waiting, expired, in its own statement -----------
@@ -316,7 +322,7 @@ def test_expiry_does_not_undo_an_approval_that_won_just_before_it(
 ) -> None:
     service, run_id, digest = expiring(engine, clock, action)
     clock.advance(seconds=11)
-    select_expired = service.repo.expired_approvals
+    select_expired = service.store.queries.expired_approvals
 
     def approval_lands_after_the_select(limit: int = 500) -> list[str]:
         due = select_expired(limit)
@@ -329,12 +335,12 @@ def test_expiry_does_not_undo_an_approval_that_won_just_before_it(
         clock.advance(seconds=2)
         return due
 
-    service.repo.expired_approvals = approval_lands_after_the_select  # type: ignore[method-assign]
+    service.store.queries.expired_approvals = approval_lands_after_the_select  # type: ignore[method-assign]
     assert service.expire_approvals() == ()
-    run = service.repo.require(run_id)
+    run = service.store.runs.require(run_id)
     assert run.status is RunStatus.QUEUED
-    assert "expired" not in [e.kind for e in service.repo.events(run_id)]
-    assert service.repo.decision_for(run_id, digest) is not None
+    assert "expired" not in [e.kind for e in service.store.events.read(run_id)]
+    assert service.store.decisions.decision_for(run_id, digest) is not None
 
 
 def test_a_decision_after_expires_at_is_refused_as_expired(
@@ -347,9 +353,9 @@ def test_a_decision_after_expires_at_is_refused_as_expired(
             run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
         )
     assert info.value.expired
-    assert service.repo.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
     assert service.expire_approvals() == (run_id,)
-    assert service.repo.require(run_id).status is RunStatus.CANCELLED
+    assert service.store.runs.require(run_id).status is RunStatus.CANCELLED
 
 
 # -- 8 and 11: purge and reclaim, raced at their statement boundary (PostgreSQL) ------------
@@ -372,10 +378,10 @@ def test_purge_racing_a_retry_keeps_the_live_runs_ledger_and_events(
     service.record_decision(
         run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
     )
-    service.repo.claim(run_id, "w", service.limits.lease)
-    service.repo.finish(run_id, RunStatus.FAILED, owner="w", error="crashed")
+    service.store.transitions.claim(run_id, "w", service.limits.lease)
+    service.store.transitions.finish(run_id, RunStatus.FAILED, owner="w", error="crashed")
     clock.advance(days=31)
-    before = len(service.repo.events(run_id))
+    before = len(service.store.events.read(run_id))
     retried: list[bool] = []
 
     def retry_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -389,9 +395,9 @@ def test_purge_racing_a_retry_keeps_the_live_runs_ledger_and_events(
     finally:
         event.remove(pg_engine, "before_cursor_execute", retry_first)
     assert retried
-    assert service.repo.require(run_id).status is RunStatus.QUEUED
-    assert len(service.repo.events(run_id)) == before + 1  # the retry's own event
-    assert service.repo.decision_for(run_id, digest) is not None
+    assert service.store.runs.require(run_id).status is RunStatus.QUEUED
+    assert len(service.store.events.read(run_id)) == before + 1  # the retry's own event
+    assert service.store.decisions.decision_for(run_id, digest) is not None
 
 
 @pytest.mark.postgres
@@ -401,19 +407,19 @@ def test_the_sweeper_does_not_reclaim_a_lease_renewed_after_its_select(
     service = service_for(pg_engine, policy_agent([]), clock=clock)
     run, _ = service.start_run("policed", "go")
     lease = service.limits.lease
-    assert service.repo.claim(run.id, "alive", lease) is not None
+    assert service.store.transitions.claim(run.id, "alive", lease) is not None
     clock.advance(seconds=lease.total_seconds() + 1)
-    transition = service.repo._transition
+    transition = service.store.transitions.move
 
     def renewal_lands_first(*args: Any, **kwargs: Any) -> bool:
         # between the sweeper's SELECT and its UPDATE, the live worker renews
-        assert service.repo.renew_lease(run.id, "alive", lease)
+        assert service.store.transitions.renew_lease(run.id, "alive", lease)
         return transition(*args, **kwargs)
 
-    service.repo._transition = renewal_lands_first  # type: ignore[method-assign]
-    reclaimed = service.repo.reclaim_expired_leases(max_attempts=1)
+    service.store.transitions.move = renewal_lands_first  # type: ignore[method-assign]
+    reclaimed = service.store.transitions.reclaim_expired_leases(max_attempts=1)
     assert reclaimed.requeued == () and reclaimed.failed == ()
-    still = service.repo.require(run.id)
+    still = service.store.runs.require(run.id)
     assert (still.status, still.lease_owner) == (RunStatus.RUNNING, "alive")
 
 
@@ -438,11 +444,11 @@ def test_nul_and_surrogates_in_a_writes_result_and_the_answer_are_kept(engine: E
     service = service_for(engine, agent)
     run, _ = service.start_run("nul", "in\x00put")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
-    done = service.repo.require(run.id)
+    done = service.store.runs.require(run.id)
     assert (done.input, done.output) == ("in\x00put", "done\x00 \udfff")
-    [entry] = service.repo.ledger(run.id)
+    [entry] = service.store.ledger.entries(run.id)
     assert (entry.status, entry.result) == (CallStatus.SUCCEEDED, "sent\x00 \ud800")
-    kinds = [e.kind for e in service.repo.events(run.id)]
+    kinds = [e.kind for e in service.store.events.read(run.id)]
     assert kinds[-1] == "completed" and "tool" in kinds
 
 
@@ -467,8 +473,6 @@ def raw_text(engine: Engine) -> str:
 def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) -> None:
     from cryptography.fernet import Fernet
 
-    from persistence.crypto import StateCipher
-
     @tool
     def lookup(q: str) -> str:
         return "LOOKED-UP-SECRET"
@@ -484,12 +488,11 @@ def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) ->
     ]
     agent = Agent(name="sealed", model=ScriptedModel(steps), tools=[lookup, send_email])
     key = Fernet.generate_key().decode()
-    service = service_for(engine, agent)
-    service.repo = RunRepository(engine, cipher=StateCipher(key))
+    service = service_for(engine, agent, key=key)
     run, _ = service.start_run("sealed", "INPUT-SECRET")
     assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
-    digest = service.repo.require(run.id).turn_digest or ""
-    [call] = service.repo.load_state(service.repo.require(run.id)).pending_calls
+    digest = service.store.runs.require(run.id).turn_digest or ""
+    [call] = service.store.runs.load_state(service.store.runs.require(run.id)).pending_calls
     edit = CallDecisionBody(decision="edit", arguments={"to": "EDITED-SECRET", "body": "b"})
     body = DecisionBody(turn_digest=digest, decision="approve", calls={call.id: edit})
     service.record_decision(run.id, body, source="t")
@@ -499,13 +502,13 @@ def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) ->
     for secret in ("INPUT", "QUERY", "LOOKED-UP", "TO", "EDITED", "SENT", "ANSWER"):
         assert f"{secret}-SECRET" not in stored, secret
     # the authorised reader, holding the key, reads everything back
-    done = service.repo.require(run.id)
+    done = service.store.runs.require(run.id)
     assert (done.input, done.output) == ("INPUT-SECRET", "ANSWER-SECRET")
-    assert [e.result for e in service.repo.ledger(run.id)] == [
+    assert [e.result for e in service.store.ledger.entries(run.id)] == [
         "LOOKED-UP-SECRET",
         "SENT-SECRET to EDITED-SECRET",
     ]
-    events = json.dumps([e.payload for e in service.repo.events(run.id)])
+    events = json.dumps([e.payload for e in service.store.events.read(run.id)])
     assert "QUERY-SECRET" in events and "EDITED-SECRET" in events
 
 
@@ -515,24 +518,26 @@ def test_a_run_sealed_with_a_dropped_key_is_reported_on_its_own(engine: Engine) 
     from persistence.crypto import StateCipher
 
     ran: list[str] = []
-    old = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
-    sealed, _ = old.create("policed", "old input", first_event=("request", {"input": "x"}))
-    assert old.finish(sealed.id, RunStatus.FAILED, expected=[RunStatus.QUEUED], error="old error")
-    service = service_for(engine, policy_agent(ran))
-    service.repo = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    old = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    sealed, _ = old.runs.create("policed", "old input", first_event=("request", {"input": "x"}))
+    failed = old.transitions.finish(
+        sealed.id, RunStatus.FAILED, expected=[RunStatus.QUEUED], error="old error"
+    )
+    assert failed
+    service = service_for(engine, policy_agent(ran), key=Fernet.generate_key().decode())
     fine, _ = service.start_run("policed", "new input")
-    page = service.repo.list_runs()
+    page = service.store.queries.list_runs()
     assert {r.id for r in page.runs} == {sealed.id, fine.id}
-    unreadable = service.repo.require(sealed.id)
+    unreadable = service.store.runs.require(sealed.id)
     assert unreadable.unreadable is not None and "another key" in unreadable.unreadable
     assert run_view(service, unreadable)["error"] == unreadable.unreadable
-    [event] = service.repo.events(sealed.id)
+    [event] = service.store.events.read(sealed.id)
     assert "cannot be decrypted" in str(event.payload["unreadable"])
-    assert service.repo.require(fine.id).input == "new input"
+    assert service.store.runs.require(fine.id).input == "new input"
     # retried, the sealed run fails with that reason instead of running on an empty input
     service.retry(sealed.id)
     assert service.run_segment(sealed.id, "w").outcome is Outcome.FAILED
-    assert "cannot be decrypted" in (service.repo.require(sealed.id).error or "")
+    assert "cannot be decrypted" in (service.store.runs.require(sealed.id).error or "")
     assert ran == []
 
 
@@ -555,12 +560,12 @@ def test_without_a_key_values_that_look_sealed_round_trip(engine: Engine) -> Non
     service = service_for(engine, agent)
     run, _ = service.start_run("lookalike", "fernet:input")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
-    done = service.repo.require(run.id)
+    done = service.store.runs.require(run.id)
     assert (done.input, done.output, done.unreadable) == (
         "fernet:input", "plain:fernet:answer", None,
     )  # fmt: skip
-    assert [e.result for e in service.repo.ledger(run.id)] == ["fernet:not-a-token"]
-    [call_event] = [e for e in service.repo.events(run.id) if e.kind == "tool"]
+    assert [e.result for e in service.store.ledger.entries(run.id)] == ["fernet:not-a-token"]
+    [call_event] = [e for e in service.store.events.read(run.id) if e.kind == "tool"]
     assert call_event.payload["arguments"] == looks_sealed
 
 
@@ -577,34 +582,40 @@ def test_a_segment_taken_over_after_its_write_ahead_starts_no_call(
     model = FreshIds(WRITE_THEN_ANSWER)
     service = service_for(engine, approving_writer(model, ran, crash_in_tool=False), clock=clock)
     run, _ = service.start_run("writer", "go")
-    checkpoint = service.repo.checkpoint
+    checkpoint = service.store.transitions.checkpoint
 
     def taken_over_right_after(*args: Any, **kwargs: Any) -> bool:
         written = checkpoint(*args, **kwargs)
         clock.advance(seconds=service.limits.lease.total_seconds() + 1)
         assert service.sweep().reclaimed.requeued == (run.id,)
-        assert service.repo.claim(run.id, "new-owner", service.limits.lease) is not None
+        assert (
+            service.store.transitions.claim(run.id, "new-owner", service.limits.lease) is not None
+        )
         return written
 
-    service.repo.checkpoint = taken_over_right_after  # type: ignore[method-assign]
+    service.store.transitions.checkpoint = taken_over_right_after  # type: ignore[method-assign]
     assert service.run_segment(run.id, "stalled").outcome is Outcome.LEASE_LOST
     assert ran == []
-    assert service.repo.ledger(run.id) == []
-    still = service.repo.require(run.id)
+    assert service.store.ledger.entries(run.id) == []
+    still = service.store.runs.require(run.id)
     assert (still.status, still.lease_owner) == (RunStatus.RUNNING, "new-owner")
 
 
 def test_start_call_under_a_lease_it_does_not_hold_records_nothing(engine: Engine) -> None:
-    from persistence.repository import LeaseLostError
+    from persistence.store import LeaseLostError
 
-    repo = RunRepository(engine)
-    run, _ = repo.create("a", "go")
-    assert repo.claim(run.id, "owner", timedelta(seconds=60)) is not None
+    repo = RunStore(engine)
+    run, _ = repo.runs.create("a", "go")
+    assert repo.transitions.claim(run.id, "owner", timedelta(seconds=60)) is not None
     with pytest.raises(LeaseLostError):
-        repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="intruder")
-    assert repo.ledger(run.id) == []
-    entry, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner")
+        repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="intruder")
+    assert repo.ledger.entries(run.id) == []
+    entry, fresh = repo.ledger.start_call(
+        run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner"
+    )
     assert fresh and entry.status is CallStatus.STARTED
     # the same call again, under the lease: the ledger answers with what it holds
-    again, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner")
+    again, fresh = repo.ledger.start_call(
+        run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner"
+    )
     assert not fresh and again.status is CallStatus.STARTED

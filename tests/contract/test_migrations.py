@@ -7,8 +7,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
 from alembic import command
+from persistence.migrations import alembic_config
 from persistence.models import Base
-from tests.conftest import alembic_config
 
 
 def diff(engine: Engine) -> list[object]:

@@ -18,14 +18,14 @@ from sqlalchemy import Engine, select
 from loop import Agent, ScriptedModel
 from persistence.crypto import StateCipher
 from persistence.domain import RunStatus
-from persistence.outbox import OUTBOX
-from persistence.repository import RunRepository
+from persistence.store import RunStore
+from persistence.store.outbox import OUTBOX
 from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from workers.decisions import DecisionBody
-from workers.notify import MAX_ATTEMPTS, Delivery, DeliveryError, deliver_due
+from workers.notify import Delivery, DeliveryError, deliver_due
 from workers.registry import Registry
-from workers.service import EventType, Limits, Outcome, Service
+from workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
 
 URL = "http://receiver.invalid/hook"
 
@@ -57,7 +57,7 @@ def notifying_service(
 
     agent = Agent(name="mailer", model=ScriptedModel(WRITE_THEN_ANSWER), tools=gated_tools([]))
     service = Service(
-        repo=RunRepository(engine, clock=clock, cipher=StateCipher(cipher_key)),
+        store=RunStore(engine, clock=clock, cipher=StateCipher(cipher_key)),
         registry=Registry([agent]),
         enqueue=lambda run_id, delay=None: None,
         notify=record,
@@ -90,18 +90,18 @@ def test_a_suspension_records_its_notification_and_a_failed_wake_up_loses_nothin
     assert row.due_at is not None and row.delivered_at is None
 
     receiver = Receiver()
-    report = deliver_due(service, URL, None, send=receiver)
+    report = deliver_due(service, URL, None, post=receiver)
     assert (report.delivered, report.failed) == (1, 0)
     [(webhook_id, event)] = receiver.sent
     assert webhook_id == row.webhook_id
     assert event["type"] == "run.waiting_for_approval"
     assert event["data"]["id"] == run.id and event["data"]["pending"]["calls"]
     # delivered: settled, and not sent again
-    assert deliver_due(service, URL, None, send=receiver).delivered == 0
+    assert deliver_due(service, URL, None, post=receiver).delivered == 0
     assert len(receiver.sent) == 1
     [row] = outbox_rows(engine)
     assert (row.due_at, row.status_code, row.attempts) == (None, 204, 1)
-    assert [e.kind for e in service.repo.events(run.id)][-1] == "notified"
+    assert [e.kind for e in service.store.events.read(run.id)][-1] == "notified"
 
 
 def test_a_transition_that_does_not_happen_records_no_notification(
@@ -109,9 +109,9 @@ def test_a_transition_that_does_not_happen_records_no_notification(
 ) -> None:
     service, _ = notifying_service(engine, clock)
     run, _ = service.start_run("mailer", "go")
-    assert service.repo.claim(run.id, "first", service.limits.lease) is not None
+    assert service.store.transitions.claim(run.id, "first", service.limits.lease) is not None
     # a segment that lost its lease: its transition is refused, and so is its notification
-    assert not service.repo.finish(
+    assert not service.store.transitions.finish(
         run.id,
         RunStatus.COMPLETED,
         owner="someone-else",
@@ -129,20 +129,20 @@ def test_a_failed_delivery_is_retried_under_the_same_webhook_id_with_the_same_bo
     service.run_segment(run.id, "w")
     receiver = Receiver()
     receiver.fail_with = "receiver answered 503"
-    assert deliver_due(service, URL, None, send=receiver).failed == 1
+    assert deliver_due(service, URL, None, post=receiver).failed == 1
     [row] = outbox_rows(engine)
     assert row.attempts == 1 and row.due_at is not None and "503" in row.last_error
-    assert deliver_due(service, URL, None, send=receiver).failed == 0  # not due yet
+    assert deliver_due(service, URL, None, post=receiver).failed == 0  # not due yet
     # the run moves on meanwhile; the retry still sends what the first attempt built
     service.cancel(run.id, by="t")
     clock.advance(seconds=3600)
     receiver.fail_with = None
-    report = deliver_due(service, URL, None, send=receiver)
+    report = deliver_due(service, URL, None, post=receiver)
     assert report.delivered == 2  # the waiting event's retry, then the cancellation
     (first_id, first), (second_id, second) = receiver.sent
     assert first_id == row.webhook_id and first["data"]["status"] == "waiting_for_approval"
     assert second["type"] == "run.cancelled" and second_id != first_id
-    kinds = [e.kind for e in service.repo.events(run.id)]
+    kinds = [e.kind for e in service.store.events.read(run.id)]
     assert kinds.count("notify_failed") == 1 and kinds.count("notified") == 2
 
 
@@ -154,13 +154,13 @@ def test_a_notification_is_given_up_after_the_last_attempt_and_kept(
     service.run_segment(run.id, "w")
     receiver = Receiver()
     receiver.fail_with = "could not reach the receiver"
-    for _ in range(MAX_ATTEMPTS):
-        assert deliver_due(service, URL, None, send=receiver).failed == 1
+    for _ in range(MAX_DELIVERIES):
+        assert deliver_due(service, URL, None, post=receiver).failed == 1
         clock.advance(seconds=3600)
-    assert deliver_due(service, URL, None, send=receiver).failed == 0
+    assert deliver_due(service, URL, None, post=receiver).failed == 0
     [row] = outbox_rows(engine)
-    assert (row.due_at, row.delivered_at, row.attempts) == (None, None, MAX_ATTEMPTS)
-    assert service.repo.outbox.counts().given_up == 1
+    assert (row.due_at, row.delivered_at, row.attempts) == (None, None, MAX_DELIVERIES)
+    assert service.store.outbox.counts().given_up == 1
 
 
 def test_two_deliverers_racing_send_a_notification_once(
@@ -172,7 +172,7 @@ def test_two_deliverers_racing_send_a_notification_once(
     run, _ = service.start_run("mailer", "go")
     service.run_segment(run.id, "w")
     receiver = Receiver()
-    outbox = service.repo.outbox
+    outbox = service.store.outbox
     due = outbox.due
     raced: list[int] = []
 
@@ -180,18 +180,18 @@ def test_two_deliverers_racing_send_a_notification_once(
         ids = due(limit)
         if not raced:
             raced.append(0)  # the other deliverer's own SELECT is not raced
-            raced[0] = deliver_due(service, URL, None, send=receiver).delivered
+            raced[0] = deliver_due(service, URL, None, post=receiver).delivered
         return ids
 
     monkeypatch.setattr(outbox, "due", other_deliverer_first)
-    assert deliver_due(service, URL, None, send=receiver).delivered == 0
+    assert deliver_due(service, URL, None, post=receiver).delivered == 0
     assert raced == [1] and len(receiver.sent) == 1
 
 
 def test_without_notifications_configured_nothing_is_recorded(engine: Engine) -> None:
     agent = Agent(name="mailer", model=ScriptedModel(WRITE_THEN_ANSWER), tools=gated_tools([]))
     service = Service(
-        repo=RunRepository(engine),
+        store=RunStore(engine),
         registry=Registry([agent]),
         enqueue=lambda run_id, delay=None: None,
     )
@@ -204,7 +204,7 @@ def test_every_settling_transition_records_its_type(engine: Engine, clock: FakeC
     service, woken = notifying_service(engine, clock)
     first, _ = service.start_run("mailer", "go")
     service.run_segment(first.id, "w")
-    digest = service.repo.require(first.id).turn_digest
+    digest = service.store.runs.require(first.id).turn_digest
     service.record_decision(
         first.id, DecisionBody(turn_digest=digest or "", decision="approve"), source="t"
     )
@@ -226,7 +226,7 @@ def test_the_sealed_body_is_stored_sealed(engine: Engine, clock: FakeClock) -> N
     run, _ = service.start_run("mailer", "secret input")
     service.run_segment(run.id, "w")
     receiver = Receiver()
-    assert deliver_due(service, URL, None, send=receiver).delivered == 1
+    assert deliver_due(service, URL, None, post=receiver).delivered == 1
     [row] = outbox_rows(engine)
     assert row.body.startswith("fernet:") and "a@x" not in row.body
     sent: JsonValue = receiver.sent[0][1]

@@ -18,14 +18,14 @@ from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.domain import CallRecord, CallStatus, RunStatus
 from persistence.driver import DriverStatement
-from persistence.repository import (
-    RUNS,
+from persistence.store import (
     BadCursorError,
     Event,
     LeaseLostError,
-    RunRepository,
+    RunStore,
     UnknownRunError,
 )
+from persistence.store.sql import RUNS
 from tests.conftest import FakeClock
 from tests.contract.helpers import (
     APPROVE,
@@ -38,14 +38,14 @@ from tests.contract.helpers import (
 
 
 @pytest.fixture
-def repo(engine: Engine, clock: FakeClock) -> RunRepository:
-    return RunRepository(engine, clock=clock)
+def repo(engine: Engine, clock: FakeClock) -> RunStore:
+    return RunStore(engine, clock=clock)
 
 
-def test_create_and_get(repo: RunRepository) -> None:
-    run, created = repo.create("mailer", "Mail 42", metadata={"ticket": 7})
+def test_create_and_get(repo: RunStore) -> None:
+    run, created = repo.runs.create("mailer", "Mail 42", metadata={"ticket": 7})
     assert created
-    got = repo.require(run.id)
+    got = repo.runs.require(run.id)
     assert got == run
     assert (got.status, got.iterations, got.usage, got.metadata) == (
         RunStatus.QUEUED,
@@ -55,142 +55,145 @@ def test_create_and_get(repo: RunRepository) -> None:
     )
 
 
-def test_a_run_is_created_with_its_first_event(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x", first_event=("request", {"input": "x"}))
-    assert [(e.seq, e.kind, e.payload) for e in repo.events(run.id)] == [
+def test_a_run_is_created_with_its_first_event(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x", first_event=("request", {"input": "x"}))
+    assert [(e.seq, e.kind, e.payload) for e in repo.events.read(run.id)] == [
         (1, "request", {"input": "x"})
     ]
-    assert repo.append_event(run.id, "llm", {}) == 2
-    again, created = repo.create("m", "y", idempotency_key="k", first_event=("request", {}))
-    same, created_again = repo.create("m", "z", idempotency_key="k", first_event=("request", {}))
+    assert repo.events.append_event(run.id, "llm", {}) == 2
+    again, created = repo.runs.create("m", "y", idempotency_key="k", first_event=("request", {}))
+    same, created_again = repo.runs.create(
+        "m", "z", idempotency_key="k", first_event=("request", {})
+    )
     assert created and not created_again and same.id == again.id
-    assert len(repo.events(again.id)) == 1
+    assert len(repo.events.read(again.id)) == 1
 
 
-def test_idempotency_key_returns_the_first_run(repo: RunRepository) -> None:
-    first, created = repo.create("mailer", "a", idempotency_key="k-1")
-    again, created_again = repo.create("mailer", "b", idempotency_key="k-1")
+def test_idempotency_key_returns_the_first_run(repo: RunStore) -> None:
+    first, created = repo.runs.create("mailer", "a", idempotency_key="k-1")
+    again, created_again = repo.runs.create("mailer", "b", idempotency_key="k-1")
     assert created and not created_again
     assert again.id == first.id and again.input == "a"
 
 
 @pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid", ""])
-def test_unknown_or_malformed_ids_are_not_found(repo: RunRepository, run_id: str) -> None:
-    assert repo.get(run_id) is None
-    assert repo.claim(run_id, "w", LEASE) is None
-    assert not repo.cancel(run_id)
+def test_unknown_or_malformed_ids_are_not_found(repo: RunStore, run_id: str) -> None:
+    assert repo.runs.get(run_id) is None
+    assert repo.transitions.claim(run_id, "w", LEASE) is None
+    assert not repo.transitions.cancel(run_id)
     with pytest.raises(UnknownRunError):
-        repo.require(run_id)
+        repo.runs.require(run_id)
 
 
-def test_claim_is_a_guarded_transition(repo: RunRepository, clock: FakeClock) -> None:
-    run, _ = repo.create("mailer", "x")
-    claimed = repo.claim(run.id, "w1", LEASE)
+def test_claim_is_a_guarded_transition(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    claimed = repo.transitions.claim(run.id, "w1", LEASE)
     assert claimed is not None
     assert (claimed.id, claimed.agent, claimed.input) == (run.id, "mailer", "x")
     assert claimed.attempts == 1
     assert not claimed.has_checkpoint and claimed.checkpoint is None
-    running = repo.require(run.id)
+    running = repo.runs.require(run.id)
     assert running.status is RunStatus.RUNNING
     assert running.lease_owner == "w1"
     assert running.lease_expires_at == clock.now + LEASE
     assert running.attempts == 1
     assert running.version == run.version + 1
-    assert repo.claim(run.id, "w2", LEASE) is None
-    assert repo.require(run.id).lease_owner == "w1"
+    assert repo.transitions.claim(run.id, "w2", LEASE) is None
+    assert repo.runs.require(run.id).lease_owner == "w1"
 
 
-def test_only_the_lease_owner_renews(repo: RunRepository, clock: FakeClock) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.claim(run.id, "w1", LEASE)
+def test_only_the_lease_owner_renews(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.transitions.claim(run.id, "w1", LEASE)
     clock.advance(seconds=10)
-    assert repo.renew_lease(run.id, "w1", LEASE)
-    assert not repo.renew_lease(run.id, "intruder", LEASE)
-    assert repo.require(run.id).lease_expires_at == clock.now + LEASE
+    assert repo.transitions.renew_lease(run.id, "w1", LEASE)
+    assert not repo.transitions.renew_lease(run.id, "intruder", LEASE)
+    assert repo.runs.require(run.id).lease_expires_at == clock.now + LEASE
 
 
-def test_suspend_stores_checkpoint_counters_and_digest(
-    repo: RunRepository, clock: FakeClock
-) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.claim(run.id, "w1", LEASE)
+def test_suspend_stores_checkpoint_counters_and_digest(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.transitions.claim(run.id, "w1", LEASE)
     state = suspended_state(run.id)
-    assert not repo.suspend(run.id, "intruder", state, expires_at=None)
+    assert not repo.transitions.suspend(run.id, "intruder", state, expires_at=None)
     expires = clock.now + timedelta(hours=1)
-    assert repo.suspend(run.id, "w1", state, expires_at=expires)
-    waiting = repo.require(run.id)
+    assert repo.transitions.suspend(run.id, "w1", state, expires_at=expires)
+    waiting = repo.runs.require(run.id)
     assert waiting.status is RunStatus.WAITING_FOR_APPROVAL
     assert (waiting.iterations, waiting.usage) == (2, Usage(30, 5))
     assert waiting.turn_digest == state.turn_digest
     assert (waiting.suspended_at, waiting.expires_at) == (clock.now, expires)
     assert waiting.lease_owner is None and waiting.has_checkpoint
-    assert repo.load_state(waiting) == state
+    assert repo.runs.load_state(waiting) == state
 
 
-def test_counters_are_kept_current_and_never_lowered(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.claim(run.id, "w1", LEASE)
+def test_counters_are_kept_current_and_never_lowered(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.transitions.claim(run.id, "w1", LEASE)
     llm: Event = ("llm", {})
-    repo.append_events(run.id, [llm], counters=(3, Usage(30, 4)), owner="w1")
-    repo.append_events(run.id, [llm], counters=(1, Usage(0, 0)), owner="w1")  # a replay
+    repo.events.append_events(run.id, [llm], counters=(3, Usage(30, 4)), owner="w1")
+    repo.events.append_events(run.id, [llm], counters=(1, Usage(0, 0)), owner="w1")  # a replay
     with pytest.raises(LeaseLostError):
-        repo.append_events(run.id, [llm], counters=(9, Usage(90, 9)), owner="other")
-    current = repo.require(run.id)
+        repo.events.append_events(run.id, [llm], counters=(9, Usage(90, 9)), owner="other")
+    current = repo.runs.require(run.id)
     assert (current.iterations, current.usage) == (3, Usage(30, 4))
 
 
-def test_decision_moves_waiting_to_queued_once(repo: RunRepository) -> None:
+def test_decision_moves_waiting_to_queued_once(repo: RunStore) -> None:
     run, state = waiting_run(repo)
-    outcome = repo.record_decision(
+    outcome = repo.decisions.record_decision(
         run.id, state.turn_digest, APPROVE, approver="ann", webhook_id="wh-1"
     )
     assert outcome.result == "recorded"
     assert outcome.stored is not None and outcome.stored.approver == "ann"
-    after = repo.require(run.id)
+    after = repo.runs.require(run.id)
     assert after.status is RunStatus.QUEUED
     assert (after.iterations, after.usage) == (run.iterations, run.usage)
 
-    same = repo.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
+    same = repo.decisions.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
     assert same.result == "duplicate" and same.stored == outcome.stored
-    replay = repo.record_decision(run.id, state.turn_digest, DENY, webhook_id="wh-1")
+    replay = repo.decisions.record_decision(run.id, state.turn_digest, DENY, webhook_id="wh-1")
     assert replay.result == "duplicate" and replay.stored == outcome.stored
-    other = repo.record_decision(run.id, state.turn_digest, DENY)
+    other = repo.decisions.record_decision(run.id, state.turn_digest, DENY)
     assert other.result == "conflict" and other.reason is not None
     assert "already recorded" in other.reason
-    assert repo.require(run.id).version == after.version
+    assert repo.runs.require(run.id).version == after.version
 
 
-def test_decision_for_another_turn_or_state_is_refused(repo: RunRepository) -> None:
+def test_decision_for_another_turn_or_state_is_refused(repo: RunStore) -> None:
     run, state = waiting_run(repo)
-    wrong = repo.record_decision(run.id, "0" * 64, APPROVE)
+    wrong = repo.decisions.record_decision(run.id, "0" * 64, APPROVE)
     assert wrong.result == "conflict" and "digest" in (wrong.reason or "")
-    assert repo.require(run.id) == run
-    assert repo.decision_for(run.id, "0" * 64) is None
+    assert repo.runs.require(run.id) == run
+    assert repo.decisions.decision_for(run.id, "0" * 64) is None
 
-    queued, _ = repo.create("mailer", "y")
-    not_waiting = repo.record_decision(queued.id, state.turn_digest, APPROVE)
+    queued, _ = repo.runs.create("mailer", "y")
+    not_waiting = repo.decisions.record_decision(queued.id, state.turn_digest, APPROVE)
     assert not_waiting.result == "conflict" and "not waiting" in (not_waiting.reason or "")
-    assert repo.record_decision(str(uuid.uuid4()), state.turn_digest, APPROVE).result == "not_found"
+    assert (
+        repo.decisions.record_decision(str(uuid.uuid4()), state.turn_digest, APPROVE).result
+        == "not_found"
+    )
 
 
-def test_webhook_id_of_another_run_is_refused(repo: RunRepository) -> None:
+def test_webhook_id_of_another_run_is_refused(repo: RunStore) -> None:
     first, s1 = waiting_run(repo)
     second, s2 = waiting_run(repo)
     assert (
-        repo.record_decision(first.id, s1.turn_digest, APPROVE, webhook_id="wh").result
+        repo.decisions.record_decision(first.id, s1.turn_digest, APPROVE, webhook_id="wh").result
         == "recorded"
     )
-    reused = repo.record_decision(second.id, s2.turn_digest, APPROVE, webhook_id="wh")
+    reused = repo.decisions.record_decision(second.id, s2.turn_digest, APPROVE, webhook_id="wh")
     assert reused.result == "conflict"
-    assert repo.require(second.id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert repo.runs.require(second.id).status is RunStatus.WAITING_FOR_APPROVAL
 
 
-def test_finish_clears_lease_and_checkpoint(repo: RunRepository) -> None:
+def test_finish_clears_lease_and_checkpoint(repo: RunStore) -> None:
     run, state = waiting_run(repo)
-    repo.record_decision(run.id, state.turn_digest, APPROVE)
-    repo.claim(run.id, "w2", LEASE)
-    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="w1")
-    assert repo.finish(
+    repo.decisions.record_decision(run.id, state.turn_digest, APPROVE)
+    repo.transitions.claim(run.id, "w2", LEASE)
+    assert not repo.transitions.finish(run.id, RunStatus.COMPLETED, owner="w1")
+    assert repo.transitions.finish(
         run.id,
         RunStatus.COMPLETED,
         owner="w2",
@@ -199,7 +202,7 @@ def test_finish_clears_lease_and_checkpoint(repo: RunRepository) -> None:
         iterations=3,
         usage=Usage(40, 6),
     )
-    done = repo.require(run.id)
+    done = repo.runs.require(run.id)
     assert (done.status, done.output, done.termination) == (
         RunStatus.COMPLETED,
         "done",
@@ -207,206 +210,212 @@ def test_finish_clears_lease_and_checkpoint(repo: RunRepository) -> None:
     )
     assert not done.has_checkpoint and done.lease_owner is None and done.lease_expires_at is None
     assert (done.iterations, done.usage) == (3, Usage(40, 6))
-    assert not repo.cancel(run.id)
-    assert not repo.finish(run.id, RunStatus.FAILED, expected=[RunStatus.RUNNING])
+    assert not repo.transitions.cancel(run.id)
+    assert not repo.transitions.finish(run.id, RunStatus.FAILED, expected=[RunStatus.RUNNING])
 
 
-def test_a_failed_run_keeps_its_checkpoint_and_can_be_retried(repo: RunRepository) -> None:
+def test_a_failed_run_keeps_its_checkpoint_and_can_be_retried(repo: RunStore) -> None:
     run, state = waiting_run(repo)
-    repo.record_decision(run.id, state.turn_digest, APPROVE)
-    repo.claim(run.id, "w2", LEASE)
-    assert repo.finish(run.id, RunStatus.FAILED, owner="w2", error="boom")
-    failed = repo.require(run.id)
+    repo.decisions.record_decision(run.id, state.turn_digest, APPROVE)
+    repo.transitions.claim(run.id, "w2", LEASE)
+    assert repo.transitions.finish(run.id, RunStatus.FAILED, owner="w2", error="boom")
+    failed = repo.runs.require(run.id)
     assert failed.status is RunStatus.FAILED and failed.error == "boom" and failed.has_checkpoint
     assert (failed.iterations, failed.usage) == (run.iterations, run.usage)
-    assert repo.retry(run.id)
-    again = repo.require(run.id)
+    assert repo.transitions.retry(run.id)
+    again = repo.runs.require(run.id)
     assert again.status is RunStatus.QUEUED and again.error is None
-    assert repo.load_state(again) == state
-    reclaimed = repo.claim(run.id, "w3", LEASE)
+    assert repo.runs.load_state(again) == state
+    reclaimed = repo.transitions.claim(run.id, "w3", LEASE)
     assert reclaimed is not None and reclaimed.has_checkpoint and reclaimed.checkpoint
-    assert repo.load_state(reclaimed) == state
-    assert not repo.retry(run.id)
+    assert repo.runs.load_state(reclaimed) == state
+    assert not repo.transitions.retry(run.id)
 
 
 @pytest.mark.parametrize("status", ["queued", "running", "waiting_for_approval"])
-def test_cancel_from_any_active_status(repo: RunRepository, status: str) -> None:
-    run, _ = repo.create("mailer", "x")
+def test_cancel_from_any_active_status(repo: RunStore, status: str) -> None:
+    run, _ = repo.runs.create("mailer", "x")
     if status != "queued":
-        repo.claim(run.id, "w1", LEASE)
+        repo.transitions.claim(run.id, "w1", LEASE)
     if status == "waiting_for_approval":
-        repo.suspend(run.id, "w1", suspended_state(run.id), None)
-    assert repo.cancel(run.id)
-    cancelled = repo.require(run.id)
+        repo.transitions.suspend(run.id, "w1", suspended_state(run.id), None)
+    assert repo.transitions.cancel(run.id)
+    cancelled = repo.runs.require(run.id)
     assert cancelled.status is RunStatus.CANCELLED and not cancelled.has_checkpoint
-    assert not repo.cancel(run.id)
+    assert not repo.transitions.cancel(run.id)
 
 
-def test_a_transition_and_its_events_are_one_transaction(repo: RunRepository) -> None:
+def test_a_transition_and_its_events_are_one_transaction(repo: RunStore) -> None:
     run, state = waiting_run(repo)
-    before = [e.seq for e in repo.events(run.id)]
+    before = [e.seq for e in repo.events.read(run.id)]
     unwritable: dict[str, JsonValue] = {"by": object()}  # type: ignore[dict-item]
     with pytest.raises((StatementError, TypeError)):
-        repo.cancel(run.id, events=[("expired", {}), ("cancelled", unwritable)])
+        repo.transitions.cancel(run.id, events=[("expired", {}), ("cancelled", unwritable)])
     with pytest.raises((StatementError, TypeError)):
-        repo.record_decision(run.id, state.turn_digest, APPROVE, events=[("decision", unwritable)])
-    assert repo.require(run.id) == run  # neither transition happened
-    assert [e.seq for e in repo.events(run.id)] == before  # nor any event of them
-    assert repo.decision_for(run.id, state.turn_digest) is None
+        repo.decisions.record_decision(
+            run.id, state.turn_digest, APPROVE, events=[("decision", unwritable)]
+        )
+    assert repo.runs.require(run.id) == run  # neither transition happened
+    assert [e.seq for e in repo.events.read(run.id)] == before  # nor any event of them
+    assert repo.decisions.decision_for(run.id, state.turn_digest) is None
 
-    recorded = repo.record_decision(
+    recorded = repo.decisions.record_decision(
         run.id, state.turn_digest, APPROVE, events=[("decision", {"approver": "ann"})]
     )
     assert recorded.result == "recorded"
-    again = repo.record_decision(run.id, state.turn_digest, APPROVE, events=[("decision", {})])
+    again = repo.decisions.record_decision(
+        run.id, state.turn_digest, APPROVE, events=[("decision", {})]
+    )
     assert again.result == "duplicate"
-    assert repo.cancel(run.id, events=[("expired", {}), ("cancelled", {"by": "t"})])
-    assert not repo.cancel(run.id, events=[("cancelled", {"by": "late"})])
-    tail = [(e.kind, e.payload) for e in repo.events(run.id)][len(before) :]
+    assert repo.transitions.cancel(run.id, events=[("expired", {}), ("cancelled", {"by": "t"})])
+    assert not repo.transitions.cancel(run.id, events=[("cancelled", {"by": "late"})])
+    tail = [(e.kind, e.payload) for e in repo.events.read(run.id)][len(before) :]
     assert tail == [("decision", {"approver": "ann"}), ("expired", {}), ("cancelled", {"by": "t"})]
 
 
-def test_expired_leases_are_requeued_then_failed(repo: RunRepository, clock: FakeClock) -> None:
-    run, _ = repo.create("mailer", "x")
-    live, _ = repo.create("mailer", "y")
-    repo.claim(run.id, "dead-worker", LEASE)
+def test_expired_leases_are_requeued_then_failed(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    live, _ = repo.runs.create("mailer", "y")
+    repo.transitions.claim(run.id, "dead-worker", LEASE)
     clock.advance(seconds=20)
-    repo.claim(live.id, "w2", LEASE)
+    repo.transitions.claim(live.id, "w2", LEASE)
     clock.advance(seconds=15)
-    reclaimed = repo.reclaim_expired_leases(max_attempts=2)
+    reclaimed = repo.transitions.reclaim_expired_leases(max_attempts=2)
     assert reclaimed.requeued == (run.id,) and reclaimed.failed == ()
-    assert repo.require(run.id).status is RunStatus.QUEUED
-    assert repo.require(live.id).status is RunStatus.RUNNING
+    assert repo.runs.require(run.id).status is RunStatus.QUEUED
+    assert repo.runs.require(live.id).status is RunStatus.RUNNING
     # the zombie worker can no longer write
-    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="dead-worker")
+    assert not repo.transitions.finish(run.id, RunStatus.COMPLETED, owner="dead-worker")
 
-    repo.claim(run.id, "dead-again", LEASE)
+    repo.transitions.claim(run.id, "dead-again", LEASE)
     clock.advance(seconds=31)
-    reclaimed = repo.reclaim_expired_leases(max_attempts=2)
+    reclaimed = repo.transitions.reclaim_expired_leases(max_attempts=2)
     assert run.id in reclaimed.failed
-    failed = repo.require(run.id)
+    failed = repo.runs.require(run.id)
     assert failed.status is RunStatus.FAILED and "giving up after 2 attempts" in (
         failed.error or ""
     )
 
 
-def test_stale_queued_runs_are_found_and_touched(repo: RunRepository, clock: FakeClock) -> None:
-    old, _ = repo.create("mailer", "x")
+def test_stale_queued_runs_are_found_and_touched(repo: RunStore, clock: FakeClock) -> None:
+    old, _ = repo.runs.create("mailer", "x")
     clock.advance(minutes=5)
-    fresh, _ = repo.create("mailer", "y")
-    assert repo.stale_queued(timedelta(minutes=1)) == [old.id]
-    repo.touch_queued([old.id])
-    assert repo.stale_queued(timedelta(minutes=1)) == []
-    assert fresh.id not in repo.stale_queued(timedelta(seconds=0))  # created "now"
+    fresh, _ = repo.runs.create("mailer", "y")
+    assert repo.queries.stale_queued(timedelta(minutes=1)) == [old.id]
+    repo.transitions.touch_queued([old.id])
+    assert repo.queries.stale_queued(timedelta(minutes=1)) == []
+    assert fresh.id not in repo.queries.stale_queued(timedelta(seconds=0))  # created "now"
 
 
-def test_expired_approvals(repo: RunRepository, clock: FakeClock) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.claim(run.id, "w1", LEASE)
-    repo.suspend(run.id, "w1", suspended_state(run.id), clock.now + timedelta(minutes=10))
+def test_expired_approvals(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.transitions.claim(run.id, "w1", LEASE)
+    repo.transitions.suspend(
+        run.id, "w1", suspended_state(run.id), clock.now + timedelta(minutes=10)
+    )
     waiting_run(repo)  # waits with no expiry: never listed
-    assert repo.expired_approvals() == []
+    assert repo.queries.expired_approvals() == []
     clock.advance(minutes=11)
-    assert repo.expired_approvals() == [run.id]
+    assert repo.queries.expired_approvals() == [run.id]
 
 
-def test_keyset_pagination_with_filters(repo: RunRepository, clock: FakeClock) -> None:
+def test_keyset_pagination_with_filters(repo: RunStore, clock: FakeClock) -> None:
     ids = []
     for i in range(7):
-        run, _ = repo.create("mailer" if i % 2 else "clerk", f"run {i}")
+        run, _ = repo.runs.create("mailer" if i % 2 else "clerk", f"run {i}")
         ids.append(run.id)
         if i % 3 == 0:
             clock.advance(seconds=1)  # some runs share a timestamp: the id breaks the tie
     seen: list[str] = []
     cursor = None
     while True:
-        page = repo.list_runs(limit=3, cursor=cursor)
+        page = repo.queries.list_runs(limit=3, cursor=cursor)
         seen += [r.id for r in page.runs]
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     assert sorted(seen) == sorted(ids) and len(seen) == 7
-    assert [r.agent for r in repo.list_runs(agent="clerk", limit=100).runs] == ["clerk"] * 4
-    repo.cancel(ids[0])
-    cancelled = repo.list_runs(status=RunStatus.CANCELLED).runs
+    assert [r.agent for r in repo.queries.list_runs(agent="clerk", limit=100).runs] == ["clerk"] * 4
+    repo.transitions.cancel(ids[0])
+    cancelled = repo.queries.list_runs(status=RunStatus.CANCELLED).runs
     assert [r.id for r in cancelled] == [ids[0]]
     with pytest.raises(BadCursorError):
-        repo.list_runs(cursor="garbage!")
+        repo.queries.list_runs(cursor="garbage!")
 
 
-def test_an_event_can_raise_the_counters_in_the_same_write(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.append_event(run.id, "llm", {}, counters=(2, Usage(20, 4)))
-    repo.append_event(run.id, "llm", {}, counters=(1, Usage(5, 1)))  # a replay: never lowers
-    current = repo.require(run.id)
+def test_an_event_can_raise_the_counters_in_the_same_write(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.events.append_event(run.id, "llm", {}, counters=(2, Usage(20, 4)))
+    repo.events.append_event(run.id, "llm", {}, counters=(1, Usage(5, 1)))  # a replay: never lowers
+    current = repo.runs.require(run.id)
     assert (current.iterations, current.usage) == (2, Usage(20, 4))
 
 
-def test_events_have_a_gap_free_sequence(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    seqs = [repo.append_event(run.id, "llm", {"n": i}) for i in range(5)]
+def test_events_have_a_gap_free_sequence(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    seqs = [repo.events.append_event(run.id, "llm", {"n": i}) for i in range(5)]
     assert seqs == [1, 2, 3, 4, 5]
-    events = repo.events(run.id)
+    events = repo.events.read(run.id)
     assert [(e.seq, e.payload["n"]) for e in events] == [(i + 1, i) for i in range(5)]
-    assert [e.seq for e in repo.events(run.id, after=3)] == [4, 5]
+    assert [e.seq for e in repo.events.read(run.id, after=3)] == [4, 5]
     with pytest.raises(UnknownRunError):
-        repo.append_event(str(uuid.uuid4()), "llm", {})
+        repo.events.append_event(str(uuid.uuid4()), "llm", {})
 
 
-def test_tool_call_ledger(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    entry, fresh = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+def test_tool_call_ledger(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    entry, fresh = repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
     assert fresh and entry.status is CallStatus.STARTED
-    again, fresh_again = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+    again, fresh_again = repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
     assert not fresh_again and again.status is CallStatus.STARTED
-    assert [e.call_id for e in repo.in_doubt_calls(run.id)] == ["c1"]
-    repo.finish_call(run.id, "c1", "sent", is_error=False)
-    repo.finish_call(run.id, "c1", "overwritten?", is_error=True)
-    done, _ = repo.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
+    assert [e.call_id for e in repo.ledger.in_doubt_calls(run.id)] == ["c1"]
+    repo.ledger.finish_call(run.id, "c1", "sent", is_error=False)
+    repo.ledger.finish_call(run.id, "c1", "overwritten?", is_error=True)
+    done, _ = repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "a"})
     assert (done.status, done.result, done.is_error) == (CallStatus.SUCCEEDED, "sent", False)
-    assert repo.in_doubt_calls(run.id) == []
-    repo.start_call(run.id, "c2", "upsert", "idempotent_write", {})
-    repo.restart_call(run.id, "c2")
-    assert [(e.call_id, e.attempts) for e in repo.ledger(run.id)] == [("c1", 1), ("c2", 2)]
+    assert repo.ledger.in_doubt_calls(run.id) == []
+    repo.ledger.start_call(run.id, "c2", "upsert", "idempotent_write", {})
+    repo.ledger.restart_call(run.id, "c2")
+    assert [(e.call_id, e.attempts) for e in repo.ledger.entries(run.id)] == [("c1", 1), ("c2", 2)]
 
 
 def test_state_is_encrypted_at_rest(engine: Engine, clock: FakeClock) -> None:
     key = Fernet.generate_key().decode()
-    repo = RunRepository(engine, cipher=StateCipher(key), clock=clock)
+    repo = RunStore(engine, cipher=StateCipher(key), clock=clock)
     run, state = waiting_run(repo)
     with engine.connect() as conn:
         stored = conn.execute(text("select suspended_state from agent_runs")).scalar_one()
     assert stored.startswith("fernet:") and "send_email" not in stored
-    assert repo.load_state(run) == state
+    assert repo.runs.load_state(run) == state
 
-    rotated = RunRepository(engine, cipher=StateCipher(f"{Fernet.generate_key().decode()},{key}"))
-    assert rotated.load_state(run) == state
+    rotated = RunStore(engine, cipher=StateCipher(f"{Fernet.generate_key().decode()},{key}"))
+    assert rotated.runs.load_state(run) == state
     with pytest.raises(StateError, match="cannot be decrypted"):
-        RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode())).load_state(run)
+        RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode())).runs.load_state(run)
     with pytest.raises(StateError, match="AIRLOCK_STATE_KEY is not set"):
-        RunRepository(engine).load_state(run)
+        RunStore(engine).runs.load_state(run)
 
     tampered = stored[:-8] + ("A" * 8 if not stored.endswith("A" * 8) else "B" * 8)
     with engine.begin() as conn:
         conn.execute(text("update agent_runs set suspended_state = :s"), {"s": tampered})
     with pytest.raises(StateError, match="cannot be decrypted"):
-        repo.load_state(repo.require(run.id))  # read again: a Run is a snapshot
+        repo.runs.load_state(repo.runs.require(run.id))  # read again: a Run is a snapshot
 
 
 def test_plaintext_state_is_refused_when_a_key_is_set(engine: Engine, clock: FakeClock) -> None:
-    run, _ = waiting_run(RunRepository(engine, clock=clock))
-    keyed = RunRepository(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    run, _ = waiting_run(RunStore(engine, clock=clock))
+    keyed = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
     with pytest.raises(StateError, match="not encrypted"):
-        keyed.load_state(run)
+        keyed.runs.load_state(run)
 
 
-def test_tampered_plain_state_is_refused(repo: RunRepository, engine: Engine) -> None:
+def test_tampered_plain_state_is_refused(repo: RunStore, engine: Engine) -> None:
     run, state = waiting_run(repo)
     blob = state.to_json().replace("a@example.com", "mallory@example.com")
     with engine.begin() as conn:
         conn.execute(text("update agent_runs set suspended_state = :s"), {"s": blob})
     with pytest.raises(StateError, match="tampered"):
-        repo.load_state(repo.require(run.id))  # read again: a Run is a snapshot
+        repo.runs.load_state(repo.runs.require(run.id))  # read again: a Run is a snapshot
 
 
 def test_bad_state_key_names_the_variable() -> None:
@@ -414,33 +423,33 @@ def test_bad_state_key_names_the_variable() -> None:
         StateCipher("not-a-key")
 
 
-def test_purge_removes_old_finished_runs_in_batches(repo: RunRepository, clock: FakeClock) -> None:
+def test_purge_removes_old_finished_runs_in_batches(repo: RunStore, clock: FakeClock) -> None:
     old = []
     for i in range(5):
-        run, _ = repo.create("mailer", f"old {i}")
-        repo.append_event(run.id, "request", {})
-        repo.start_call(run.id, "c", "lookup", "read", {})
-        repo.cancel(run.id)
+        run, _ = repo.runs.create("mailer", f"old {i}")
+        repo.events.append_event(run.id, "request", {})
+        repo.ledger.start_call(run.id, "c", "lookup", "read", {})
+        repo.transitions.cancel(run.id)
         old.append(run.id)
     waiting, _ = waiting_run(repo)
     clock.advance(days=31)
-    recent, _ = repo.create("mailer", "recent")
-    repo.cancel(recent.id)
+    recent, _ = repo.runs.create("mailer", "recent")
+    repo.transitions.cancel(recent.id)
     progress: list[int] = []
-    removed = repo.purge(timedelta(days=30), batch_size=2, progress=progress.append)
+    removed = repo.retention.purge(timedelta(days=30), batch_size=2, progress=progress.append)
     assert removed == 5
     assert progress == [2, 4, 5]
-    assert all(repo.get(i) is None for i in old)
-    assert all(repo.events(i) == [] for i in old)
-    assert repo.get(waiting.id) is not None and repo.get(recent.id) is not None
-    assert repo.purge(timedelta(days=30)) == 0
+    assert all(repo.runs.get(i) is None for i in old)
+    assert all(repo.events.read(i) == [] for i in old)
+    assert repo.runs.get(waiting.id) is not None and repo.runs.get(recent.id) is not None
+    assert repo.retention.purge(timedelta(days=30)) == 0
 
 
-def test_count_by_status(repo: RunRepository) -> None:
-    a, _ = repo.create("mailer", "x")
-    repo.create("mailer", "y")
-    repo.cancel(a.id)
-    counts = repo.count_by_status()
+def test_count_by_status(repo: RunStore) -> None:
+    a, _ = repo.runs.create("mailer", "x")
+    repo.runs.create("mailer", "y")
+    repo.transitions.cancel(a.id)
+    counts = repo.queries.count_by_status()
     assert counts[RunStatus.QUEUED] == 1 and counts[RunStatus.CANCELLED] == 1
     assert counts[RunStatus.RUNNING] == 0
 
@@ -452,66 +461,70 @@ def _read(call_id: str, result: str, clock: FakeClock) -> CallRecord:
 
 
 def test_reads_are_recorded_with_the_events_that_tell_of_them(
-    repo: RunRepository, clock: FakeClock
+    repo: RunStore, clock: FakeClock
 ) -> None:
-    run, _ = repo.create("mailer", "x")
-    claim = repo.claim(run.id, "w1", LEASE)
+    run, _ = repo.runs.create("mailer", "x")
+    claim = repo.transitions.claim(run.id, "w1", LEASE)
     assert claim is not None and not claim.ledger  # nothing in the ledger: nothing to replay
     tool: Event = ("tool", {"call_id": "c1"})
-    assert repo.append_events(run.id, [tool], calls=[_read("c1", "first", clock)]) == [1]
+    assert repo.events.append_events(run.id, [tool], calls=[_read("c1", "first", clock)]) == [1]
     # a duplicate segment's record of the same call: the first one stays
-    assert repo.append_events(run.id, [tool], calls=[_read("c1", "again", clock)]) == [2]
-    (entry,) = repo.ledger(run.id)
+    assert repo.events.append_events(run.id, [tool], calls=[_read("c1", "again", clock)]) == [2]
+    (entry,) = repo.ledger.entries(run.id)
     assert (entry.call_id, entry.status, entry.result) == ("c1", CallStatus.SUCCEEDED, "first")
     # with the final transition, and only if it happens
     done: Event = ("completed", {})
     calls = [_read("c2", "two", clock), _read("c3", "three", clock)]
-    assert not repo.finish(run.id, RunStatus.COMPLETED, owner="w2", events=[done], calls=calls)
-    assert [e.call_id for e in repo.ledger(run.id)] == ["c1"]
-    assert repo.finish(run.id, RunStatus.COMPLETED, owner="w1", events=[done], calls=calls)
-    assert [(e.call_id, e.result) for e in repo.ledger(run.id)] == [
+    assert not repo.transitions.finish(
+        run.id, RunStatus.COMPLETED, owner="w2", events=[done], calls=calls
+    )
+    assert [e.call_id for e in repo.ledger.entries(run.id)] == ["c1"]
+    assert repo.transitions.finish(
+        run.id, RunStatus.COMPLETED, owner="w1", events=[done], calls=calls
+    )
+    assert [(e.call_id, e.result) for e in repo.ledger.entries(run.id)] == [
         ("c1", "first"),
         ("c2", "two"),
         ("c3", "three"),
     ]
-    assert [e.kind for e in repo.events(run.id)] == ["tool", "tool", "completed"]
+    assert [e.kind for e in repo.events.read(run.id)] == ["tool", "tool", "completed"]
     with pytest.raises(ValueError, match="with the events"):
-        repo.append_events(run.id, [], calls=calls)
+        repo.events.append_events(run.id, [], calls=calls)
 
 
-def test_a_claim_says_whether_the_ledger_holds_calls(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.start_call(run.id, "c1", "send_email", "write", {})
-    claim = repo.claim(run.id, "w1", LEASE)
+def test_a_claim_says_whether_the_ledger_holds_calls(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.ledger.start_call(run.id, "c1", "send_email", "write", {})
+    claim = repo.transitions.claim(run.id, "w1", LEASE)
     assert claim is not None and claim.ledger
 
 
-def test_each_segment_is_claimed_afresh(repo: RunRepository) -> None:
+def test_each_segment_is_claimed_afresh(repo: RunStore) -> None:
     """Attempts count the claims of one segment: a run that waited for approval many
     times keeps all its retries and reclaims for the segment it is in."""
     run, state = waiting_run(repo)
-    assert repo.require(run.id).attempts == 0
-    assert repo.record_decision(run.id, state.turn_digest, APPROVE).result == "recorded"
-    claim = repo.claim(run.id, "w2", LEASE)
+    assert repo.runs.require(run.id).attempts == 0
+    assert repo.decisions.record_decision(run.id, state.turn_digest, APPROVE).result == "recorded"
+    claim = repo.transitions.claim(run.id, "w2", LEASE)
     assert claim is not None and claim.attempts == 1
 
 
 @pytest.fixture
-def pg_repo(postgres_url: str) -> Iterator[RunRepository]:
+def pg_repo(postgres_url: str) -> Iterator[RunStore]:
     engine = make_engine(postgres_url)
-    yield RunRepository(engine)
+    yield RunStore(engine)
     engine.dispose()
 
 
 def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
-    pg_repo: RunRepository, monkeypatch: pytest.MonkeyPatch
+    pg_repo: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not by scanning the partial index of queued runs (PostgreSQL chose that plan on a
     table it had no statistics of, and each claim then read every queued run's entry)."""
     repo = pg_repo
-    runs = [repo.create("mailer", "x")[0] for _ in range(300)]
+    runs = [repo.runs.create("mailer", "x")[0] for _ in range(300)]
     with sent_to_postgres(monkeypatch) as sent:
-        assert repo.claim(runs[150].id, "w1", LEASE) is not None
+        assert repo.transitions.claim(runs[150].id, "w1", LEASE) is not None
     ((statement, params),) = sent
     with repo.engine.connect() as conn:
         driver = conn.connection.driver_connection
@@ -520,29 +533,29 @@ def test_a_claim_finds_its_run_by_primary_key_however_many_are_queued(
     assert "pk_agent_runs" in plan and "ix_agent_runs_queued" not in plan, plan
 
 
-def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunRepository) -> None:
+def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunStore) -> None:
     repo, engine = pg_repo, pg_repo.engine
     repo.hold_connections()
-    run, _ = repo.create("mailer", "x")
+    run, _ = repo.runs.create("mailer", "x")
 
     def backend() -> int:
-        with repo._one() as conn:
+        with repo.connections.one() as conn:
             return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
     first = backend()
-    assert repo.get(run.id) is not None and backend() == first  # one connection throughout
+    assert repo.runs.get(run.id) is not None and backend() == first  # one connection throughout
     with engine.connect() as admin:  # the server drops it, as a restart would
         admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
         admin.commit()
     with pytest.raises(OperationalError):
-        repo.get(run.id)
-    assert repo.get(run.id) is not None  # the next statement has a fresh connection
+        repo.runs.get(run.id)
+    assert repo.runs.get(run.id) is not None  # the next statement has a fresh connection
     assert backend() != first
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "pooled"])
 def test_a_claim_sent_through_the_driver_fails_as_sqlalchemy_and_drops_its_connection(
-    pg_repo: RunRepository, held: bool
+    pg_repo: RunStore, held: bool
 ) -> None:
     """The claim skips SQLAlchemy's execution path. When the server drops every
     connection (a restart), it must still raise SQLAlchemy's OperationalError (the
@@ -552,15 +565,15 @@ def test_a_claim_sent_through_the_driver_fails_as_sqlalchemy_and_drops_its_conne
     repo, engine = pg_repo, pg_repo.engine
     if held:
         repo.hold_connections()
-    first, second = repo.create("mailer", "x")[0], repo.create("mailer", "y")[0]
-    assert repo.claim(first.id, "w1", LEASE) is not None
-    leases = repo._leases  # the claim's engine
+    first, second = repo.runs.create("mailer", "x")[0], repo.runs.create("mailer", "y")[0]
+    assert repo.transitions.claim(first.id, "w1", LEASE) is not None
+    leases = repo.connections.engine_for(durable=False)  # the claim's engine
     assert leases is not None
     with leases.connect(), leases.connect():
         pass  # two more connections now idle in its pool
 
     def backend() -> int:
-        with repo._one(leases) as conn:
+        with repo.connections.one(durable=False) as conn:
             return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
     with engine.connect() as admin:
@@ -574,17 +587,19 @@ def test_a_claim_sent_through_the_driver_fails_as_sqlalchemy_and_drops_its_conne
         )
     assert len(dropped) >= 3
     with pytest.raises(OperationalError) as failed:
-        repo.claim(second.id, "w1", LEASE)
+        repo.transitions.claim(second.id, "w1", LEASE)
     assert isinstance(failed.value.orig, psycopg.OperationalError)
-    assert repo.claim(second.id, "w1", LEASE) is not None  # still queued; a fresh connection
+    assert (
+        repo.transitions.claim(second.id, "w1", LEASE) is not None
+    )  # still queued; a fresh connection
     assert backend() not in dropped
 
 
 def test_a_driver_statement_raises_sqlalchemy_errors_of_the_same_kind(
-    pg_repo: RunRepository,
+    pg_repo: RunStore,
 ) -> None:
-    pg_repo.create("mailer", "x", idempotency_key="taken")
-    run, _ = pg_repo.create("mailer", "y")
+    pg_repo.runs.create("mailer", "x", idempotency_key="taken")
+    run, _ = pg_repo.runs.create("mailer", "y")
     take = DriverStatement(
         update(RUNS).where(RUNS.c.id == bindparam("rid")).values(idempotency_key="taken"),
         pg_repo.engine.dialect,
@@ -599,16 +614,16 @@ def test_a_driver_statement_raises_sqlalchemy_errors_of_the_same_kind(
         assert conn.execute(text("SELECT 1")).scalar_one() == 1
 
 
-def test_events_for_a_lease_are_written_only_while_it_is_held(repo: RunRepository) -> None:
-    run, _ = repo.create("mailer", "x")
-    repo.claim(run.id, "w1", LEASE)
+def test_events_for_a_lease_are_written_only_while_it_is_held(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    repo.transitions.claim(run.id, "w1", LEASE)
     llm: Event = ("llm", {})
-    assert repo.append_events(run.id, [llm], owner="w1") == [1]
+    assert repo.events.append_events(run.id, [llm], owner="w1") == [1]
     with pytest.raises(LeaseLostError):
-        repo.append_events(run.id, [llm], owner="w2")
-    assert [e.seq for e in repo.events(run.id)] == [1]
+        repo.events.append_events(run.id, [llm], owner="w2")
+    assert [e.seq for e in repo.events.read(run.id)] == [1]
     with pytest.raises(UnknownRunError):
-        repo.append_events(str(uuid.uuid4()), [llm], owner="w1")
+        repo.events.append_events(str(uuid.uuid4()), [llm], owner="w1")
 
 
 @pytest.mark.postgres
@@ -620,9 +635,8 @@ def test_postgres_connections_time_out_and_keep_alive(postgres_url: str) -> None
 
     for url, idle in ((postgres_url, "20"), (f"{postgres_url}?keepalives_idle=7", "7")):
         engine = make_engine(url)
-        repo = RunRepository(engine)
-        for sibling in (engine, repo._autocommit, repo._leases):
-            assert sibling is not None
+        repo = RunStore(engine)
+        for sibling in (engine, *(repo.connections.engine_for(durable=d) for d in (True, False))):
             with sibling.connect() as conn:
                 params = conn.connection.driver_connection.info.get_parameters()  # type: ignore[union-attr]
             assert params["keepalives"] == "1" and params["keepalives_idle"] == idle

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -28,12 +27,13 @@ from loop.events import ModelCalled
 from loop.messages import Message, Usage
 from loop.tools import ToolSchema
 from persistence.domain import CallStatus, RunStatus
-from persistence.repository import RunRepository
+from persistence.store import RunStore
 from tests.conftest import FakeClock
 from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
 from workers.decisions import DecisionBody
 from workers.events import Pending, RunEventSink
+from workers.keeper import Keeper
 from workers.ledger import LedgerExecutor
 from workers.registry import Registry
 from workers.service import Limits, Outcome, Service
@@ -60,7 +60,7 @@ class Woken(list[tuple[str, float | None]]):
 def make_service(engine: Engine, *extra: Agent, max_attempts: int = 3) -> tuple[Service, Woken]:
     woken = Woken()
     service = Service(
-        repo=RunRepository(engine),
+        store=RunStore(engine),
         registry=Registry([*AGENTS, *extra]),
         enqueue=woken,
         limits=Limits(max_attempts=max_attempts, retry_base_delay=0.01),
@@ -72,11 +72,33 @@ def flaky(name: str, *errors: ModelError) -> Agent:
     return Agent(name=name, model=FlakyModel(list(errors)), tools=[lookup, send_email])
 
 
-def keeping(repo: RunRepository, agent: Agent, delay: float = 0.05) -> Service:
-    """A service for ``agent`` whose keeper writes held events after ``delay``."""
+class Ticks:
+    """A keeper's clock that the test moves: no thread, no sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def keeping(
+    repo: RunStore, agent: Agent, delay: float = 0.05, *, limits: Limits | None = None
+) -> Service:
+    """A service for ``agent`` whose keeper writes held events after ``delay``; the test
+    steps it (``let_time_pass``)."""
+    limits = limits or Limits(events_delay=delay)
+    keeper = Keeper(repo, limits.lease, limits.events_delay, clock=Ticks(), sleep=None)
     return Service(
-        repo=repo, registry=Registry([agent]), enqueue=Woken(), limits=Limits(events_delay=delay)
+        store=repo, registry=Registry([agent]), enqueue=Woken(), limits=limits, keeper=keeper
     )
+
+
+def let_time_pass(service: Service, seconds: float) -> None:
+    """``seconds`` pass for the keeper, which then looks, as its thread would."""
+    assert service.keeper is not None and isinstance(service.keeper.clock, Ticks)
+    service.keeper.clock.now += seconds
+    service.keeper.tick()
 
 
 class BeforeSecondCall:
@@ -122,10 +144,10 @@ def test_transient_model_errors_are_retried_with_the_providers_delay(engine: Eng
     run, _ = service.start_run("flaky", "x")
     result = service.run_segment(run.id, "w")
     assert result.outcome is Outcome.RETRY and result.retry_in is not None and result.retry_in >= 5
-    assert service.repo.require(run.id).status is RunStatus.QUEUED
+    assert service.store.runs.require(run.id).status is RunStatus.QUEUED
     assert woken[-1] == (run.id, result.retry_in)
     assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
-    assert "retry" in [e.kind for e in service.repo.events(run.id)]
+    assert "retry" in [e.kind for e in service.store.events.read(run.id)]
 
 
 def test_transient_errors_give_up_after_max_attempts(engine: Engine) -> None:
@@ -134,7 +156,7 @@ def test_transient_errors_give_up_after_max_attempts(engine: Engine) -> None:
     run, _ = service.start_run("down", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.RETRY
     assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
-    failed = service.repo.require(run.id)
+    failed = service.store.runs.require(run.id)
     assert failed.status is RunStatus.FAILED and "503" in (failed.error or "")
 
 
@@ -142,8 +164,8 @@ def test_non_retryable_errors_fail_the_run_with_the_message(engine: Engine) -> N
     service, _ = make_service(engine, flaky("bad", ModelError("401: invalid api key")))
     run, _ = service.start_run("bad", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
-    assert "invalid api key" in (service.repo.require(run.id).error or "")
-    assert [e.kind for e in service.repo.events(run.id)][-1] == "failed"
+    assert "invalid api key" in (service.store.runs.require(run.id).error or "")
+    assert [e.kind for e in service.store.events.read(run.id)][-1] == "failed"
 
 
 def test_duplicate_wake_ups_are_no_ops(engine: Engine) -> None:
@@ -151,14 +173,14 @@ def test_duplicate_wake_ups_are_no_ops(engine: Engine) -> None:
     run, _ = service.start_run("w1", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
     assert service.run_segment(run.id, "w-dup").outcome is Outcome.SKIPPED
-    assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert service.store.runs.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
 
 
 def test_tampered_state_fails_the_run_and_nothing_runs(engine: Engine) -> None:
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")
     service.run_segment(run.id, "w")
-    waiting = service.repo.require(run.id)
+    waiting = service.store.runs.require(run.id)
     service.record_decision(
         run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
     )
@@ -169,26 +191,28 @@ def test_tampered_state_fails_the_run_and_nothing_runs(engine: Engine) -> None:
             {"s": blob.replace("a@example.com", "evil@example.com")},
         )
     assert service.run_segment(run.id, "w").outcome is Outcome.FAILED
-    failed = service.repo.require(run.id)
+    failed = service.store.runs.require(run.id)
     assert "refusing to resume" in (failed.error or "") and "tampered" in (failed.error or "")
-    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]  # send_email never ran
+    assert [e.tool for e in service.store.ledger.entries(run.id)] == [
+        "lookup"
+    ]  # send_email never ran
 
 
 def test_retry_continues_a_failed_run_from_its_checkpoint(engine: Engine) -> None:
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")
     service.run_segment(run.id, "w")
-    waiting = service.repo.require(run.id)
+    waiting = service.store.runs.require(run.id)
     service.record_decision(
         run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
     )
-    service.repo.claim(run.id, "w", service.limits.lease)
-    service.repo.finish(run.id, RunStatus.FAILED, owner="w", error="crashed")
+    service.store.transitions.claim(run.id, "w", service.limits.lease)
+    service.store.transitions.finish(run.id, RunStatus.FAILED, owner="w", error="crashed")
     service.retry(run.id)
     assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
-    done = service.repo.require(run.id)
+    done = service.store.runs.require(run.id)
     assert done.output == "done" and (done.iterations, done.usage.total_tokens) == (3, 69)
-    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup", "send_email"]
+    assert [e.tool for e in service.store.ledger.entries(run.id)] == ["lookup", "send_email"]
 
 
 def test_expiry_cancel_and_deny(engine: Engine) -> None:
@@ -200,8 +224,8 @@ def test_expiry_cancel_and_deny(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("update agent_runs set expires_at = suspended_at"))
     assert set(service.expire_approvals()) == {deny_run.id, cancel_run.id}
-    assert service.repo.require(deny_run.id).status is RunStatus.QUEUED
-    assert service.repo.require(cancel_run.id).status is RunStatus.CANCELLED
+    assert service.store.runs.require(deny_run.id).status is RunStatus.QUEUED
+    assert service.store.runs.require(cancel_run.id).status is RunStatus.CANCELLED
     assert service.expire_approvals() == ()
 
 
@@ -213,13 +237,13 @@ def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")
     service.run_segment(run.id, "w")
-    digest = service.repo.require(run.id).turn_digest or ""
+    digest = service.store.runs.require(run.id).turn_digest or ""
     call = CallDecisionBody.model_validate(body)
     decision = DecisionBody(turn_digest=digest, decision="approve", calls={"call_1_0": call})
     if body["decision"] == "edit":
         with pytest.raises(DecisionError, match="gives no arguments"):
             service.record_decision(run.id, decision, source="t")
-        assert service.repo.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+        assert service.store.runs.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
     else:
         assert service.record_decision(run.id, decision, source="t").result == "recorded"
 
@@ -232,7 +256,7 @@ def test_expiry_applies_the_action_with_its_event(
     engine: Engine, clock: FakeClock, agent: str, written: list[str]
 ) -> None:
     service = Service(
-        repo=RunRepository(engine, clock=clock),
+        store=RunStore(engine, clock=clock),
         registry=Registry(AGENTS),
         enqueue=Woken(),
         clock=clock,
@@ -241,7 +265,7 @@ def test_expiry_applies_the_action_with_its_event(
     decided, _ = service.start_run(agent, "y")
     for r in (run, decided):
         assert service.run_segment(r.id, "w").outcome is Outcome.SUSPENDED
-    digest = service.repo.require(decided.id).turn_digest
+    digest = service.store.runs.require(decided.id).turn_digest
     assert digest is not None
     service.record_decision(
         decided.id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
@@ -250,16 +274,16 @@ def test_expiry_applies_the_action_with_its_event(
     clock.advance(seconds=2)
 
     assert service.expire_approvals() == (run.id,)
-    kinds = [e.kind for e in service.repo.events(run.id)]
+    kinds = [e.kind for e in service.store.events.read(run.id)]
     assert kinds[kinds.index("suspended") + 1 :] == written
-    assert "expired" not in [e.kind for e in service.repo.events(decided.id)]
+    assert "expired" not in [e.kind for e in service.store.events.read(decided.id)]
     assert service.expire_approvals() == ()  # applied once
 
 
 def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_waits(
     engine: Engine,
 ) -> None:
-    repo = RunRepository(engine)
+    repo = RunStore(engine)
     delay = 0.05
     seen: list[tuple[str, list[str], int, int]] = []
     script = ScriptedModel(
@@ -271,20 +295,28 @@ def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_w
     )
 
     def look(what: str) -> None:
-        (run,) = repo.list_runs().runs
+        (run,) = repo.queries.list_runs().runs
         seen.append(
-            (what, [e.kind for e in repo.events(run.id)], run.iterations, run.usage.prompt_tokens)
+            (
+                what,
+                [e.kind for e in repo.events.read(run.id)],
+                run.iterations,
+                run.usage.prompt_tokens,
+            )
         )
+
+    holder: list[Service] = []
 
     class Slow:
         def complete(
             self, transcript: Sequence[Message], tools: Sequence[ToolSchema]
         ) -> ModelResponse:
-            time.sleep(4 * delay)  # a model call that takes a while
+            let_time_pass(holder[0], 4 * delay)  # a model call that takes a while
             look("model")
             return script.complete(transcript, tools)
 
     service = keeping(repo, peek_then_poke(Slow(), lambda: look("write")), delay)
+    holder.append(service)
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
     assert seen == [
@@ -294,11 +326,11 @@ def test_a_segments_events_are_stored_before_each_write_and_while_a_model_call_w
         ("write", ["request", "llm", "tool", "llm", "decision"], 2, 12),  # before a write
         ("model", ["request", "llm", "tool", "llm", "decision", "tool"], 2, 12),
     ]
-    done = service.repo.require(run.id)
-    kinds = [e.kind for e in service.repo.events(run.id)]
+    done = service.store.runs.require(run.id)
+    kinds = [e.kind for e in service.store.events.read(run.id)]
     assert kinds == ["request", "llm", "tool", "llm", "decision", "tool", "llm", "completed"]
     assert (done.iterations, done.usage.prompt_tokens) == (3, 15)
-    assert [(e.tool, e.result) for e in service.repo.ledger(run.id)] == [
+    assert [(e.tool, e.result) for e in service.store.ledger.entries(run.id)] == [
         ("peek", "ok"),
         ("poke", "ok"),
     ]
@@ -312,9 +344,9 @@ def test_a_quick_segment_writes_its_events_with_its_transition(
     run, _ = service.start_run("w1", "x")
     with sent_to_postgres(monkeypatch) as sent:
         assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
-    kinds = [e.kind for e in service.repo.events(run.id)]
+    kinds = [e.kind for e in service.store.events.read(run.id)]
     assert kinds == ["request", "llm", "tool", "llm", "suspended"]
-    assert [e.tool for e in service.repo.ledger(run.id)] == ["lookup"]
+    assert [e.tool for e in service.store.ledger.entries(run.id)] == ["lookup"]
     if engine.dialect.name == "postgresql":  # the claim, the suspension with its events and read
         assert [statement.split()[0] for statement, _ in sent] == ["UPDATE", "WITH"]
 
@@ -322,40 +354,42 @@ def test_a_quick_segment_writes_its_events_with_its_transition(
 def test_the_keeper_writes_only_events_that_have_waited(engine: Engine) -> None:
     """Events younger than the keeper's due time stay with the segment (a quick one
     writes them with its end); once they have waited, they are written."""
-    repo = RunRepository(engine)
-    run, _ = repo.create("w1", "x", first_event=("request", {}))
-    assert repo.claim(run.id, "w", timedelta(seconds=30)) is not None
-    sink = RunEventSink(repo, run.id, "w")
+    repo = RunStore(engine)
+    run, _ = repo.runs.create("w1", "x", first_event=("request", {}))
+    assert repo.transitions.claim(run.id, "w", timedelta(seconds=30)) is not None
+    ticks = Ticks()
+    sink = RunEventSink(repo, run.id, "w", clock=ticks)
     sink.emit(ModelCalled(run.id, 1, Usage(3, 1), "thinking", ()))
     sink.flush(waited=60.0)
-    assert [e.kind for e in repo.events(run.id)] == ["request"]
-    time.sleep(0.02)
+    assert [e.kind for e in repo.events.read(run.id)] == ["request"]
+    ticks.now += 0.02
     sink.flush(waited=0.01)
-    assert [e.kind for e in repo.events(run.id)] == ["request", "llm"]
-    assert repo.require(run.id).usage == Usage(3, 1)  # the counters with it
+    assert [e.kind for e in repo.events.read(run.id)] == ["request", "llm"]
+    assert repo.runs.require(run.id).usage == Usage(3, 1)  # the counters with it
     assert sink.take() == Pending([], [])
 
 
-def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:
+def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine, clock: FakeClock) -> None:
     swept: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     holder: list[Service] = []
+    lease = timedelta(seconds=0.3)
 
     @tool
     def slow() -> str:
-        time.sleep(0.9)  # three times the lease: only renewals keep it
-        reclaimed = holder[0].repo.reclaim_expired_leases(max_attempts=5)
+        for _ in range(3):  # three times the lease: only renewals keep it
+            clock.advance(seconds=lease.total_seconds() / 3)
+            let_time_pass(holder[0], lease.total_seconds() / 3)
+        clock.advance(seconds=0.01)
+        reclaimed = holder[0].store.transitions.reclaim_expired_leases(max_attempts=5)
         swept.append((reclaimed.requeued, reclaimed.failed))
         return "ok"
 
     model = ScriptedModel(
         [{"tool_calls": [{"name": "slow", "arguments": {}}]}, {"content": "done"}]
     )
-    service = Service(
-        repo=RunRepository(engine),
-        registry=Registry([Agent(name="slow", model=model, tools=[slow])]),
-        enqueue=Woken(),
-        limits=Limits(lease=timedelta(seconds=0.3)),
-    )
+    agent = Agent(name="slow", model=model, tools=[slow])
+    service = keeping(RunStore(engine, clock=clock), agent, limits=Limits(lease=lease))
+    service.clock = clock
     holder.append(service)
     run, _ = service.start_run("slow", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
@@ -363,8 +397,8 @@ def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine) -> None:
 
 
 def test_a_read_is_recorded_once_with_its_result_and_replayed(engine: Engine) -> None:
-    repo = RunRepository(engine)
-    run, _ = repo.create("reader", "x")
+    repo = RunStore(engine)
+    run, _ = repo.runs.create("reader", "x")
     ran: list[str] = []
     flushed: list[bool] = []
 
@@ -380,17 +414,13 @@ def test_a_read_is_recorded_once_with_its_result_and_replayed(engine: Engine) ->
     assert execute(invocation("c1")) == ToolOutcome("found c1")
     assert execute(invocation("c1")) == ToolOutcome("found c1")  # a redelivery: replayed
     assert ran == ["c1"] and flushed == []  # a read acts on nothing: no flush before it
-    (entry,) = repo.ledger(run.id)
+    (entry,) = repo.ledger.entries(run.id)
     assert (entry.call_id, entry.status, entry.result, entry.attempts) == (
         "c1",
         CallStatus.SUCCEEDED,
         "found c1",
         1,
     )
-    # in doubt from an earlier version that recorded reads as started: run again
-    repo.start_call(run.id, "c2", "look", "read", {"q": "c2"})
-    assert execute(invocation("c2")) == ToolOutcome("found c2")
-    assert ran == ["c1", "c2"] and repo.in_doubt_calls(run.id) == []
 
 
 def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> None:
@@ -402,29 +432,32 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
         ran.append("peek")
         return f"seen {len(ran)}"
 
+    holder: list[Service] = []
+
     def lose_the_database() -> None:
-        time.sleep(0.2)  # long enough for the segment's events to be written
+        let_time_pass(holder[0], 0.2)  # long enough for the segment's events to be written
         raise OperationalError("SELECT 1", {}, ConnectionError("server closed"))
 
     agent = Agent(name="reader", model=BeforeSecondCall(script, lose_the_database), tools=[peek])
-    service = keeping(RunRepository(engine), agent)
+    service = keeping(RunStore(engine), agent)
+    holder.append(service)
     run, _ = service.start_run("reader", "x")
     with pytest.raises(OperationalError):
         service.run_segment(run.id, "w1")
     # the read's record went out with its events, before the model call that failed
-    assert [(e.tool, e.status, e.result) for e in service.repo.ledger(run.id)] == [
+    assert [(e.tool, e.status, e.result) for e in service.store.ledger.entries(run.id)] == [
         ("peek", CallStatus.SUCCEEDED, "seen 1")
     ]
     assert service.run_segment(run.id, "w2", take_over="w1").outcome is Outcome.COMPLETED
     assert ran == ["peek"]  # replayed, not run again
-    tools = [e.payload["result"] for e in service.repo.events(run.id) if e.kind == "tool"]
+    tools = [e.payload["result"] for e in service.store.events.read(run.id) if e.kind == "tool"]
     assert tools == ["seen 1", "seen 1"]
 
 
 def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> None:
     """Another worker took the run over while the model thought: the segment writes
     nothing more, and the write the model then asks for never runs."""
-    repo = RunRepository(engine)
+    repo = RunStore(engine)
     sent: list[str] = []
     script = ScriptedModel(
         [
@@ -434,16 +467,19 @@ def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> No
         ]
     )
 
+    holder: list[Service] = []
+
     def lose_the_lease() -> None:  # it expired and another worker reclaimed the run
         with engine.begin() as conn:
             conn.execute(text("UPDATE agent_runs SET lease_owner = 'w2'"))
-        time.sleep(0.2)  # long enough for the keeper to try to write
+        let_time_pass(holder[0], 0.2)  # long enough for the keeper to try to write
 
     model = BeforeSecondCall(script, lose_the_lease)
     service = keeping(repo, peek_then_poke(model, lambda: sent.append("poke")))
+    holder.append(service)
     run, _ = service.start_run("watched", "x")
     assert service.run_segment(run.id, "w1").outcome is Outcome.LEASE_LOST
     assert sent == []
-    assert [e.kind for e in repo.events(run.id)] == ["request"]
-    assert repo.ledger(run.id) == []
-    assert repo.require(run.id).lease_owner == "w2"
+    assert [e.kind for e in repo.events.read(run.id)] == ["request"]
+    assert repo.ledger.entries(run.id) == []
+    assert repo.runs.require(run.id).lease_owner == "w2"

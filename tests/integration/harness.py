@@ -22,9 +22,9 @@ from sqlalchemy.exc import OperationalError
 
 from persistence.domain import Run, RunStatus
 from workers.celery_app import RUN_SEGMENT, make_app
-from workers.runtime import build_service
 from workers.service import Service
 from workers.settings import Settings
+from workers.wiring import build_service
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -163,12 +163,12 @@ class Stack:
     def close(self) -> None:
         for p in self.processes:
             p.stop()
-        self.service.repo.engine.dispose()
+        self.service.store.engine.dispose()
 
     # -- observations ----------------------------------------------------------------
 
     def run(self, run_id: str) -> Run:
-        return self.service.repo.require(run_id)
+        return self.service.store.runs.require(run_id)
 
     def wait_status(
         self, run_id: str, *statuses: RunStatus, timeout: float = 30.0, interval: float = 0.05
@@ -197,7 +197,7 @@ class Stack:
         return Counter(line for line in lines if ".start " in line)
 
     def kinds(self, run_id: str) -> list[str]:
-        return [e.kind for e in self.service.repo.events(run_id)]
+        return [e.kind for e in self.service.store.events.read(run_id)]
 
 
 class PrivateRedis:

@@ -199,7 +199,7 @@ def test_approval_expiry_applies_the_default_action(
     assert "expired" in stack.kinds(run.id)
     assert stack.executions()[send_key(run.id)] == 0
     if status is RunStatus.COMPLETED:
-        decision = next(e for e in stack.service.repo.events(run.id) if e.kind == "decision")
+        decision = next(e for e in stack.service.store.events.read(run.id) if e.kind == "decision")
         assert decision.payload["decision"] == "deny"
         assert decision.payload["reason"] == "approval expired"
         assert decision.payload["source"] == "expiry"

@@ -12,17 +12,16 @@ import pytest
 
 from loop import (
     Agent,
-    AnthropicModel,
     ApprovalRequired,
     Approve,
     Deny,
     ModelError,
-    OpenAIModel,
     Termination,
     ToolLoop,
     ToolResultMessage,
     Usage,
 )
+from providers import AnthropicModel, OpenAIModel
 from tests.unit.agents import Recorder
 
 
@@ -74,7 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
     server = FakeProvider()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll: shutdown() waits for the server's next look (0.5 s by default)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     yield server
     server.shutdown()

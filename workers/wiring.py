@@ -1,4 +1,7 @@
-"""Wiring: one Service per process, built from the settings."""
+"""The composition root: the process's one Service, built from the settings, with the
+Celery app as its publisher. Entry points get what they need from here; nothing here
+is imported back by what it wires (the Celery tasks get the service through
+``celery_app.provide``)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from functools import lru_cache
 
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
-from persistence.repository import RunRepository
+from persistence.store import RunStore
+from workers import celery_app
 from workers.registry import Registry
 from workers.service import Enqueue, Limits, Notify, Service
 from workers.settings import Settings, settings
@@ -24,9 +28,9 @@ def limits_of(config: Settings) -> Limits:
 
 
 def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = None) -> Service:
-    repo = RunRepository(make_engine(config.database_url), cipher=StateCipher(config.state_key))
+    store = RunStore(make_engine(config.database_url), cipher=StateCipher(config.state_key))
     return Service(
-        repo=repo,
+        store=store,
         registry=Registry.from_paths(config.agents),
         enqueue=enqueue,
         notify=notify,
@@ -37,7 +41,15 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
 @lru_cache(maxsize=1)
 def service() -> Service:
     """The process's service, publishing wake-ups through the Celery app."""
-    from workers.celery_app import enqueue_segment, notify_run  # noqa: PLC0415 - cycle
-
     config = settings()
-    return build_service(config, enqueue_segment, notify_run if config.notify_url else None)
+    notify = celery_app.notify_run if config.notify_url else None
+    return build_service(config, celery_app.enqueue_segment, notify)
+
+
+def check_broker() -> None:
+    """Raises unless the broker answers (for ``/readyz``)."""
+    with celery_app.app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+
+
+celery_app.provide(service, fresh=service.cache_clear)

@@ -1,0 +1,76 @@
+"""The run store: one room per job, behind the thin ``RunStore`` front.
+
+- ``runs``: create a run, read one back (``Runs``);
+- ``transitions``: every status change, one guarded UPDATE (``Transitions``);
+- ``events``: the audit stream (``Events``);
+- ``decisions``: one per suspended turn (``Decisions``);
+- ``ledger``: the tool-call ledger (``Ledger``);
+- ``queries``: reads across runs (``Queries``);
+- ``retention``: purge (``Retention``);
+- ``outbox``: outbound notifications (``OutboxStore``).
+
+The dialect is chosen once (``dialects.statements_for``); every part sees only the
+``Statements`` protocol. ORM rows never leave the store: it hands out the values of
+``persistence.domain``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from persistence.crypto import StateCipher
+from persistence.store.common import (
+    BadCursorError,
+    Clock,
+    Event,
+    LeaseLostError,
+    UnknownRunError,
+    parse_run_id,
+    utcnow,
+)
+from persistence.store.connections import Connections
+from persistence.store.context import Context
+from persistence.store.decisions import Decisions
+from persistence.store.dialects import statements_for
+from persistence.store.events import Events
+from persistence.store.ledger import Ledger
+from persistence.store.outbox import OutboxStore
+from persistence.store.queries import Queries
+from persistence.store.retention import Retention
+from persistence.store.runs import Runs
+from persistence.store.transitions import Transitions
+
+__all__ = [
+    "BadCursorError",
+    "Clock",
+    "Event",
+    "LeaseLostError",
+    "RunStore",
+    "UnknownRunError",
+    "parse_run_id",
+    "utcnow",
+]
+
+
+class RunStore:
+    def __init__(
+        self, engine: Engine, *, cipher: StateCipher | None = None, clock: Clock = utcnow
+    ) -> None:
+        conns = Connections(engine)
+        cipher = cipher or StateCipher()
+        ctx = Context(conns, statements_for(conns, cipher, clock), cipher, clock)
+        self.engine = engine
+        self.connections = conns
+        self.runs = Runs(ctx)
+        self.transitions = Transitions(ctx)
+        self.events = Events(ctx, self.runs)
+        self.decisions = Decisions(ctx)
+        self.ledger = Ledger(ctx)
+        self.queries = Queries(ctx, self.runs)
+        self.retention = Retention(ctx)
+        self.outbox = OutboxStore(engine, cipher, clock)
+
+    def hold_connections(self) -> None:
+        """The calling thread keeps its connections between statements (a worker's
+        segment thread; see ``Connections.hold``)."""
+        self.connections.hold()

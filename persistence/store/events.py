@@ -1,0 +1,114 @@
+"""The audit stream: events appended under gap-free numbers kept on the run's row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import JsonValue
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.sql.dml import Update
+
+from loop import StateError, Usage
+from persistence.domain import CallRecord, RunEvent, RunStatus
+from persistence.store import sql
+from persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
+from persistence.store.context import Context
+from persistence.store.runs import Runs
+
+RUNS, EVENTS = sql.RUNS, sql.EVENTS
+
+
+class Events:
+    def __init__(self, ctx: Context, runs: Runs) -> None:
+        self._ctx = ctx
+        self._runs = runs
+
+    def append_event(
+        self,
+        run_id: str,
+        kind: str,
+        payload: dict[str, JsonValue],
+        *,
+        counters: tuple[int, Usage] | None = None,
+    ) -> int:
+        """Append to the run's audit stream; ``seq`` is gap-free and unique per run."""
+        return self.append_events(run_id, [(kind, payload)], counters=counters)[0]
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[Event],
+        *,
+        counters: tuple[int, Usage] | None = None,
+        calls: Sequence[CallRecord] = (),
+        owner: str | None = None,
+    ) -> list[int]:
+        """Append events in one statement; returns their ``seq``.
+
+        ``counters`` (iterations, usage) are raised on the run row by the same
+        statement, never lowered: a model call's event and its counters are one write.
+        ``calls`` (read-only calls that ran) are recorded in the ledger by it too.
+        ``owner``: only while the run is running under this lease, else
+        ``LeaseLostError`` and nothing is written (a segment whose lease was taken
+        over writes nothing more).
+        """
+        params: dict[str, Any] = {"rid": parse_run_id(run_id), "owner": owner}
+        if counters is not None:
+            iterations, usage = counters
+            params |= {
+                "iterations": iterations,
+                "prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
+            }
+        key = ("append", counters is not None, owner is not None)
+        build = self._bump(counters is not None, guarded=owner is not None)
+        with self._ctx.conns.one() as s:
+            seqs = self._ctx.sql.with_events(s, key, build, params, events, calls=calls)
+        if seqs:
+            return seqs
+        if owner is not None and self._runs.get(run_id) is not None:
+            raise LeaseLostError(f"run {run_id} is no longer leased to {owner}")
+        raise UnknownRunError(f"no run has id {run_id!r}")
+
+    def _bump(self, counters: bool, *, guarded: bool) -> Any:
+        at_least = self._ctx.sql.at_least
+
+        def build() -> Update:
+            bump = update(RUNS).where(RUNS.c.id == bindparam("rid"))
+            if guarded:
+                bump = bump.where(
+                    sql.status_in(RunStatus.RUNNING.value),
+                    RUNS.c.lease_owner == bindparam("owner"),
+                )
+            if not counters:
+                return bump
+            return bump.values(
+                iterations=at_least(RUNS.c.iterations, bindparam("iterations")),
+                prompt_tokens=at_least(RUNS.c.prompt_tokens, bindparam("prompt")),
+                completion_tokens=at_least(RUNS.c.completion_tokens, bindparam("completion")),
+            )
+
+        return build
+
+    def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
+        """The run's events after ``after``, in order."""
+        rid = parse_run_id(run_id)
+        with self._ctx.conns.one() as s:
+            rows = s.execute(
+                select(EVENTS)
+                .where(EVENTS.c.run_id == rid, EVENTS.c.seq > after)
+                .order_by(EVENTS.c.seq)
+                .limit(limit)
+            ).all()
+        return [
+            RunEvent(str(r.run_id), r.seq, r.kind, self._payload(r.payload), r.created_at)
+            for r in rows
+        ]
+
+    def _payload(self, stored: dict[str, Any]) -> dict[str, JsonValue]:
+        """An event's payload, opened; one that cannot be opened says so instead."""
+        try:
+            return self._ctx.cipher.open_json(stored, "an event's payload")
+        except StateError as exc:
+            return {"unreadable": str(exc)}

@@ -1,0 +1,135 @@
+"""The tool-call ledger: one row per executed call, ``started`` → ``succeeded`` /
+``failed`` with its result, which makes an approved call effectively-once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import JsonValue
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from persistence.crypto import StateCipher
+from persistence.domain import CallRecord, CallStatus, LedgerEntry
+from persistence.store import sql
+from persistence.store.common import LeaseLostError
+from persistence.store.context import Context
+
+CALLS = sql.CALLS
+
+
+class Ledger:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def start_call(
+        self,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        effect: str,
+        arguments: dict[str, JsonValue],
+        *,
+        owner: str | None = None,
+    ) -> tuple[LedgerEntry, bool]:
+        """Record that a call is about to run (``True``), or return what the ledger
+        already holds for it (``False``). ``owner``: only while the run is running under
+        this lease (its row held for the statement, so a takeover waits for it or comes
+        first), else ``LeaseLostError`` and nothing is recorded: a segment whose run was
+        taken over starts no more calls. Its commit is durable: it is what proves, to a
+        redone segment, that the call may have acted."""
+        row: dict[str, Any] = {
+            "run_id": uuid.UUID(run_id),
+            "call_id": call_id,
+            "tool": tool,
+            "effect": effect,
+            "arguments": self._ctx.cipher.seal_json(arguments),
+            "status": CallStatus.STARTED.value,
+            "result": None,
+            "is_error": False,
+            "attempts": 1,
+            "started_at": self._ctx.now(),
+        }
+        params = {f"s_{c}": v for c, v in row.items()} | {"owner": owner}
+        guarded = owner is not None
+        try:
+            with self._ctx.conns.one() as s:
+                key = ("start_call", guarded)
+                inserted = self._ctx.sql.hot(
+                    s, key, lambda: sql.start_call(guarded=guarded), params
+                )
+        except IntegrityError:
+            existing = self.recorded_call(run_id, call_id)
+            assert existing is not None, "a ledger row is never deleted while its run lives"
+            return existing, False
+        if inserted is None:
+            raise LeaseLostError(
+                f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
+            )
+        return to_entry(row, self._ctx.cipher), True
+
+    def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
+        with self._ctx.conns.one() as s:
+            row = sql.row_of(s, CALLS, run_id, call_id=call_id)
+        return to_entry(row, self._ctx.cipher) if row is not None else None
+
+    def record_calls(self, run_id: str, calls: Sequence[CallRecord]) -> None:
+        """Record calls that ran, with their results, in one write (reads: nothing to be
+        in doubt about). A result recorded first by a concurrent duplicate stays."""
+        rid = uuid.UUID(run_id)
+        rows = [sql.call_row(call, self._ctx.cipher) | {"run_id": rid} for call in calls]
+        with self._ctx.conns.one() as s:
+            self._ctx.sql.record_calls(s, rows)
+
+    def restart_call(self, run_id: str, call_id: str) -> None:
+        """An in-doubt call is being run again (its tool is safe to repeat)."""
+        with self._ctx.conns.one() as s:
+            s.execute(
+                update(CALLS)
+                .where(CALLS.c.run_id == uuid.UUID(run_id), CALLS.c.call_id == call_id)
+                .values(attempts=CALLS.c.attempts + 1, started_at=self._ctx.now())
+            )
+
+    def finish_call(self, run_id: str, call_id: str, result: str, *, is_error: bool) -> None:
+        """A started call's result. On PostgreSQL its commit does not wait for the disk:
+        were a crash of the server to lose it, the call would be found in doubt, and a
+        write not repeated (the next durable commit of the run keeps it for good)."""
+        status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
+        params = {
+            "rid": uuid.UUID(run_id),
+            "f_call_id": call_id,
+            "f_status": status.value,
+            "f_result": self._ctx.cipher.seal_text(result),
+            "f_is_error": is_error,
+            "now": self._ctx.now(),
+        }
+        with self._ctx.conns.one(durable=False) as s:
+            self._ctx.sql.hot(s, "finish_call", sql.finish_call, params)
+
+    def in_doubt_calls(self, run_id: str) -> list[LedgerEntry]:
+        """Calls that started but never recorded a result: the worker died in between."""
+        return [e for e in self.entries(run_id) if e.status is CallStatus.STARTED]
+
+    def entries(self, run_id: str) -> list[LedgerEntry]:
+        """The run's ledger, in the order its calls started."""
+        with self._ctx.conns.one() as s:
+            rows = s.execute(
+                select(CALLS).where(CALLS.c.run_id == uuid.UUID(run_id)).order_by(CALLS.c.id)
+            ).mappings()
+            return [to_entry(r, self._ctx.cipher) for r in rows]
+
+
+def to_entry(row: Mapping[Any, Any], cipher: StateCipher) -> LedgerEntry:
+    result = row["result"]
+    return LedgerEntry(
+        run_id=str(row["run_id"]),
+        call_id=row["call_id"],
+        tool=row["tool"],
+        effect=row["effect"],
+        status=CallStatus(row["status"]),
+        result=None if result is None else cipher.open_text(result, "a recorded result"),
+        is_error=bool(row["is_error"]),
+        attempts=row["attempts"],
+    )

@@ -1,0 +1,136 @@
+"""Reads across runs: the keyset-paginated list, what the sweeper and the expiry look
+for, and the figures of ``stats``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select
+
+from persistence.domain import TERMINAL, Page, Run, RunStatus
+from persistence.store import sql
+from persistence.store.common import BadCursorError
+from persistence.store.context import Context
+from persistence.store.runs import Runs
+
+RUNS = sql.RUNS
+
+
+class Queries:
+    def __init__(self, ctx: Context, runs: Runs) -> None:
+        self._ctx = ctx
+        self._runs = runs
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest first, keyset-paginated on (created_at, id)."""
+        query = sql.run_select()
+        if status is not None:
+            query = query.where(RUNS.c.status == status.value)
+        if agent is not None:
+            query = query.where(RUNS.c.agent == agent)
+        if cursor is not None:
+            created, rid = decode_cursor(cursor)
+            query = query.where(
+                or_(
+                    RUNS.c.created_at < created,
+                    and_(RUNS.c.created_at == created, RUNS.c.id < rid),
+                )
+            )
+        query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc()).limit(limit + 1)
+        with self._ctx.conns.one() as s:
+            rows = s.execute(query).all()
+            runs = tuple(self._runs.opened(r._mapping) for r in rows[:limit])
+        next_cursor = encode_cursor(runs[-1]) if len(rows) > limit else None
+        return Page(runs, next_cursor)
+
+    def _ids(self, query: object) -> list[str]:
+        with self._ctx.conns.one() as s:
+            return [str(i) for i in s.scalars(query).all()]  # type: ignore[call-overload]
+
+    def stale_queued(self, older_than: timedelta, limit: int = 500) -> list[str]:
+        """Runs that sat queued longer than ``older_than``: their wake-up was probably lost."""
+        cutoff = self._ctx.now() - older_than
+        return self._ids(
+            select(RUNS.c.id)
+            .where(RUNS.c.status == RunStatus.QUEUED.value, RUNS.c.updated_at < cutoff)
+            .order_by(RUNS.c.updated_at)
+            .limit(limit)
+        )
+
+    def expired_approvals(self, limit: int = 500) -> list[str]:
+        """Runs that wait on an approval whose time ran out, the longest expired first."""
+        return self._ids(
+            select(RUNS.c.id)
+            .where(
+                RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value,
+                RUNS.c.expires_at.is_not(None),
+                RUNS.c.expires_at < self._ctx.now(),
+            )
+            .order_by(RUNS.c.expires_at)
+            .limit(limit)
+        )
+
+    def finished_since(self, since: datetime) -> dict[RunStatus, int]:
+        """Runs that reached a terminal status after ``since``, by status."""
+        with self._ctx.conns.one() as s:
+            rows = s.execute(
+                select(RUNS.c.status, func.count())
+                .where(RUNS.c.status.in_([t.value for t in TERMINAL]), RUNS.c.updated_at >= since)
+                .group_by(RUNS.c.status)
+            ).all()
+        return {RunStatus(status): int(n) for status, n in rows}
+
+    def expired_lease_count(self) -> int:
+        with self._ctx.conns.one() as s:
+            count = s.scalar(
+                select(func.count()).where(
+                    RUNS.c.status == RunStatus.RUNNING.value,
+                    RUNS.c.lease_expires_at < self._ctx.now(),
+                )
+            )
+        return int(count or 0)
+
+    def oldest_waiting(self) -> datetime | None:
+        with self._ctx.conns.one() as s:
+            value: datetime | None = s.scalar(
+                select(func.min(RUNS.c.suspended_at)).where(
+                    RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value
+                )
+            )
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+    def count_by_status(self) -> dict[RunStatus, int]:
+        with self._ctx.conns.one() as s:
+            rows = s.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status)).all()
+        counts = dict.fromkeys(RunStatus, 0)
+        counts.update({RunStatus(status): int(n) for status, n in rows})
+        return counts
+
+
+def encode_cursor(run: Run) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, rid = raw.split("|")
+        at = datetime.fromisoformat(created)
+        if at.tzinfo is None:
+            raise ValueError("the cursor's time has no timezone")
+        return at, uuid.UUID(rid)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadCursorError(f"cursor {cursor!r} is not one this API returned") from exc

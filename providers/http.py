@@ -1,0 +1,68 @@
+"""The one HTTP exchange a provider makes, over httpx, with typed errors: retryable
+(429, 408, 409, 425, 5xx, timeouts, unreachable; with the provider's ``retry-after``)
+or not. Retries are not done here: the worker's backoff handles them."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from pydantic import JsonValue
+
+from loop.errors import ModelError
+from loop.messages import JsonObject
+
+RETRYABLE = {408, 409, 425, 429}
+
+
+def post(url: str, body: JsonObject, headers: dict[str, str], timeout: float) -> JsonObject:
+    try:
+        response = httpx.post(url, json=body, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:  # timeouts, refused and reset connections
+        raise ModelError(f"could not reach the model at {url}: {exc}", retryable=True) from exc
+    if response.is_error:
+        raise _http_error(response)
+    try:
+        parsed: JsonObject = response.json()
+    except ValueError as exc:
+        raise ModelError(f"the model at {url} answered with invalid JSON: {exc}") from exc
+    return parsed
+
+
+def _http_error(response: httpx.Response) -> ModelError:
+    try:
+        payload = response.json() if response.content else {}
+        error = payload.get("error", payload) if isinstance(payload, dict) else payload
+        detail = error.get("message", error) if isinstance(error, dict) else error
+    except ValueError:
+        detail = response.reason_phrase
+    code = response.status_code
+    retryable = code in RETRYABLE or code >= 500
+    return ModelError(
+        f"model provider answered {code}: {detail}",
+        retryable=retryable,
+        retry_after=_retry_after(response.headers.get("retry-after")) if retryable else None,
+    )
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_arguments(raw: JsonValue) -> tuple[JsonObject, str | None]:
+    """A call's arguments as the loop takes them, or why they cannot be (fed back to
+    the model as the call's error)."""
+    if isinstance(raw, dict):
+        return raw, None
+    if not isinstance(raw, str):
+        return {}, f"the model sent arguments that are not a JSON object: {raw!r}"
+    try:
+        parsed = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        return {}, f"the model sent arguments that are not valid JSON ({exc}): {raw[:200]!r}"
+    if not isinstance(parsed, dict):
+        return {}, f"the model sent arguments that are not a JSON object: {raw[:200]!r}"
+    return parsed, None

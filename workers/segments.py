@@ -1,0 +1,250 @@
+"""A segment: claim the run, advance its loop to the next stop (an answer, a turn
+that waits for approval, a failure), record that stop, return. Nothing waits in
+memory past it."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Literal
+
+from sqlalchemy.exc import InterfaceError, OperationalError, StatementError
+
+from loop import (
+    Agent,
+    ApprovalRequired,
+    DecisionError,
+    LoopResult,
+    ModelError,
+    StateError,
+    SuspendedRunState,
+    ToolLoop,
+)
+from persistence.domain import Claim, RunStatus
+from persistence.store import Clock, Event, LeaseLostError, RunStore
+from workers.decisions import to_loop_decisions
+from workers.events import Pending, RunEventSink
+from workers.keeper import Keeper
+from workers.ledger import LedgerExecutor
+from workers.registry import Registry, UnknownAgentError
+
+log = logging.getLogger("airlock")
+
+EventType = Literal["run.waiting_for_approval", "run.completed", "run.failed", "run.cancelled"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    lease: timedelta = timedelta(seconds=60)
+    queued_stale_after: timedelta = timedelta(seconds=60)
+    max_attempts: int = 5
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    events_delay: float = 0.1
+    """The longest a segment's events wait in memory while it computes."""
+
+
+class Outcome(StrEnum):
+    SKIPPED = "skipped"
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    FAILED = "failed"
+    RETRY = "retry"
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    outcome: Outcome
+    retry_in: float | None = None
+    error: str | None = None
+
+
+def is_database_error(exc: BaseException) -> bool:
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ModelError):
+        return exc.retryable
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+@dataclass
+class Segments:
+    store: RunStore
+    registry: Registry
+    limits: Limits
+    clock: Clock
+    keeper: Keeper
+    wake: Callable[[str, float | None], None]
+    notifies: Callable[[EventType], EventType | None]
+    """The notification a transition records in the outbox, if they are sent."""
+    announce: Callable[[EventType, str], None]
+    """Wake a deliverer of the outbox after the commit."""
+
+    def run(self, run_id: str, owner: str, take_over: str | None = None) -> SegmentResult:
+        """Claim the run, advance it to its next stop, record that stop, return.
+
+        A run that is not claimable (a duplicate or redelivered wake-up) is a no-op.
+        Database errors propagate: nothing can be recorded, the caller retries.
+        """
+        run = self.store.transitions.claim(run_id, owner, self.limits.lease, take_over=take_over)
+        if run is None:
+            log.info(
+                "not claimable; skipped", extra={"action": "segment.skipped", "run_id": run_id}
+            )
+            return SegmentResult(Outcome.SKIPPED)
+        log.debug("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
+        sink = self.keeper.sink(run.id, owner)
+        with self.keeper.hold(run_id, owner, sink):
+            try:
+                return self._advance(run, owner, sink)
+            except LeaseLostError as exc:  # another worker owns the run now: stop, write nothing
+                return self._lease_lost(run, owner, str(exc))
+            except Exception as exc:
+                if is_database_error(exc):
+                    raise
+                try:
+                    sink.flush()  # what the segment did before it failed, counters included
+                except LeaseLostError as lost:
+                    return self._lease_lost(run, owner, str(lost))
+                if is_transient(exc) and run.attempts < self.limits.max_attempts:
+                    return self._retry_later(run, owner, exc)
+                return self._fail(run, owner, _describe(exc, run))
+
+    def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
+        agent = self.registry.get(run.agent)
+        if run.unreadable is not None:
+            raise StateError(run.unreadable)
+        state = self.store.runs.load_state(run) if run.has_checkpoint else None
+        if state is not None:
+            sink.usage = state.usage
+        # the segment's events so far are written before each write
+        executor = LedgerExecutor(
+            self.store,
+            run.id,
+            sink.flush,
+            record=sink.record,
+            ledger=run.ledger,
+            clock=self.clock,
+            owner=owner,
+        )
+
+        def write_ahead(checkpoint: SuspendedRunState) -> None:
+            events, calls = sink.take()
+            if not self.store.transitions.checkpoint(
+                run.id, owner, checkpoint, events=events, calls=calls
+            ):
+                raise LeaseLostError(f"run {run.id} is no longer leased to {owner}")
+
+        loop = ToolLoop(events=sink, executor=executor, write_ahead=write_ahead)
+        try:
+            if state is None:
+                result = loop.run(agent, run.input, run_id=run.id)
+            elif not state.awaits_decision:  # redone from a write-ahead checkpoint
+                result = loop.resume(agent, state, {})
+            else:
+                record = self.store.decisions.decision_for(run.id, state.turn_digest)
+                if record is None:
+                    raise StateError(f"run {run.id} has a checkpoint but no decision for its turn")
+                decisions = to_loop_decisions(record.decision, state)
+                result = loop.resume(agent, state, decisions, approver=record.approver)
+        except ApprovalRequired as pause:
+            return self._suspend(run, owner, agent, pause.state, sink.take())
+        return self._complete(run, owner, result, sink.take())
+
+    def _suspend(
+        self,
+        run: Claim,
+        owner: str,
+        agent: Agent,
+        state: SuspendedRunState,
+        pending: Pending,
+    ) -> SegmentResult:
+        expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
+        events, calls = pending
+        notify = self.notifies("run.waiting_for_approval")
+        if not self.store.transitions.suspend(
+            run.id, owner, state, expires, events=events, calls=calls, notify=notify
+        ):
+            return self._lease_lost(run, owner)
+        log.debug("waiting for approval", extra={"action": "segment.suspended", "run_id": run.id})
+        self.announce("run.waiting_for_approval", run.id)
+        return SegmentResult(Outcome.SUSPENDED)
+
+    def _complete(
+        self, run: Claim, owner: str, result: LoopResult, pending: Pending
+    ) -> SegmentResult:
+        finished = self.store.transitions.finish(
+            run.id,
+            RunStatus.COMPLETED,
+            owner=owner,
+            termination=result.termination.value,
+            output=result.output,
+            iterations=result.iterations,
+            usage=result.usage,
+            events=pending.events,
+            calls=pending.calls,
+            notify=self.notifies("run.completed"),
+        )
+        if not finished:
+            return self._lease_lost(run, owner)
+        log.debug("completed", extra={"action": "segment.completed", "run_id": run.id})
+        self.announce("run.completed", run.id)
+        return SegmentResult(Outcome.COMPLETED)
+
+    def _fail(self, run: Claim, owner: str, error: str) -> SegmentResult:
+        failed: Event = ("failed", {"error": error})
+        if not self.store.transitions.finish(
+            run.id,
+            RunStatus.FAILED,
+            owner=owner,
+            error=error,
+            events=[failed],
+            notify=self.notifies("run.failed"),
+        ):
+            return self._lease_lost(run, owner)
+        log.warning(error, extra={"action": "segment.failed", "run_id": run.id})
+        self.announce("run.failed", run.id)
+        return SegmentResult(Outcome.FAILED, error=error)
+
+    def _retry_later(self, run: Claim, owner: str, exc: Exception) -> SegmentResult:
+        delay = min(self.limits.retry_max_delay, self.limits.retry_base_delay * 2**run.attempts)
+        delay *= random.uniform(0.5, 1.5)
+        if isinstance(exc, ModelError) and exc.retry_after:
+            delay = max(delay, exc.retry_after)
+        retry: Event = (
+            "retry",
+            {"error": _describe(exc, run), "attempt": run.attempts, "delay": delay},
+        )
+        if not self.store.transitions.requeue(run.id, owner, events=[retry]):
+            return self._lease_lost(run, owner)
+        log.info("transient error; retrying", extra={"action": "segment.retry", "run_id": run.id})
+        self.wake(run.id, delay)
+        return SegmentResult(Outcome.RETRY, retry_in=delay, error=str(exc))
+
+    def _lease_lost(self, run: Claim, owner: str, detail: str | None = None) -> SegmentResult:
+        log.warning(
+            "lost the run's lease before recording the segment; another worker owns it now"
+            + (f" ({detail})" if detail else ""),
+            extra={"action": "segment.lease_lost", "run_id": run.id, "owner": owner},
+        )
+        return SegmentResult(Outcome.LEASE_LOST)
+
+
+def _describe(exc: BaseException, run: Claim) -> str:
+    if isinstance(exc, StateError):
+        return f"refusing to resume run {run.id}: {exc}"
+    if isinstance(exc, DecisionError | UnknownAgentError):
+        return str(exc)
+    if isinstance(exc, StatementError):  # never the SQL or its parameters: they hold data
+        orig = exc.orig if exc.orig is not None else exc
+        first = (str(orig).splitlines() or [""])[0][:200]
+        return f"the database refused the run's write ({type(orig).__name__}: {first})"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
