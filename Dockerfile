@@ -7,6 +7,7 @@ WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
 COPY loop ./loop
 COPY persistence ./persistence
+COPY providers ./providers
 COPY workers ./workers
 COPY alembic ./alembic
 RUN pip install -e . && useradd --create-home airlock

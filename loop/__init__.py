@@ -4,7 +4,7 @@ Imports only the standard library and pydantic (enforced by a test).
 """
 
 from loop.agent import Agent, ApprovalPolicy, ExpiryAction
-from loop.decisions import Approve, Ask, Deny, Edit
+from loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit
 from loop.errors import (
     AirlockError,
     DecisionError,
@@ -15,6 +15,7 @@ from loop.errors import (
     ToolArgumentsError,
 )
 from loop.events import EventLog, EventSink, LoopEvent, event_payload
+from loop.gate import check_decisions
 from loop.messages import (
     AssistantMessage,
     Message,
@@ -33,7 +34,6 @@ from loop.runner import (
     ToolLoop,
     ToolOutcome,
     WriteAhead,
-    check_decisions,
     run_directly,
 )
 from loop.state import SCHEMA_VERSION, PendingCall, SuspendedRunState
@@ -56,8 +56,10 @@ __all__ = [
     "ApprovalRequired",
     "Approve",
     "Ask",
+    "CallDecision",
     "AssistantMessage",
     "DecisionError",
+    "Decisions",
     "Deny",
     "Edit",
     "Effect",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal, TypeAlias
 
@@ -38,4 +39,6 @@ class Ask:
 
 Decision: TypeAlias = Annotated[Approve | Deny | Edit, Field(discriminator="kind")]
 PolicyVerdict: TypeAlias = Approve | Deny | Ask
-Decisions: TypeAlias = Approve | Deny | dict[str, Approve | Deny | Edit]
+CallDecision: TypeAlias = Approve | Deny | Edit
+Decisions: TypeAlias = Approve | Deny | Mapping[str, CallDecision]
+"""A turn's decision: one for the whole turn, or one per call id."""

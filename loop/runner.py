@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn, assert_never
 
 from loop.agent import Agent
-from loop.decisions import Approve, Ask, Deny, Edit
-from loop.errors import AirlockError, DecisionError, ModelError, StateError, ToolArgumentsError
+from loop.decisions import Approve, CallDecision, Decisions, Deny, Edit
+from loop.errors import ModelError, StateError, ToolArgumentsError
 from loop.events import (
     NO_SINK,
     DecisionApplied,
@@ -24,6 +24,7 @@ from loop.events import (
     Suspended,
     ToolExecuted,
 )
+from loop.gate import acts, classify, preset_source, resolve
 from loop.messages import (
     AssistantMessage,
     JsonObject,
@@ -36,9 +37,7 @@ from loop.messages import (
 )
 from loop.results import LoopResult, Outcome, Termination, TraceEntry
 from loop.state import PendingCall, SuspendedRunState, turn_digest
-from loop.tools import Tool, ToolContext, render_result, requires_approval
-
-CallDecision = Approve | Deny | Edit
+from loop.tools import Tool, ToolContext, render_result
 
 
 class ApprovalRequired(Exception):  # noqa: N818 - control flow, not an error
@@ -142,7 +141,7 @@ class ToolLoop:
         self,
         agent: Agent,
         state: SuspendedRunState,
-        decisions: Approve | Deny | Mapping[str, CallDecision],
+        decisions: Decisions,
         *,
         approver: str | None = None,
     ) -> LoopResult:
@@ -153,7 +152,7 @@ class ToolLoop:
         """
         if state.agent_name != agent.name:
             raise StateError(f"state belongs to agent {state.agent_name!r}, not {agent.name!r}")
-        resolved = _resolve(agent, state, decisions)
+        resolved = resolve(agent, state, decisions)
         run = _Run(
             agent,
             state.run_id,
@@ -200,17 +199,17 @@ class ToolLoop:
                 for call in message.tool_calls:
                     run.transcript.append(_not_executed(call))
                 continue
-            pending = tuple(_gate(run.agent, call) for call in message.tool_calls)
+            pending = tuple(classify(run.agent, call) for call in message.tool_calls)
             if any(p.requires_approval for p in pending):
                 self._suspend(run, pending)
             digest = None  # only a policy's decision is told with the turn's digest
-            if self._write_ahead is not None and any(_acts(p) for p in pending):
+            if self._write_ahead is not None and any(acts(p) for p in pending):
                 state = self._checkpoint(run, pending)
                 self._write_ahead(state)
                 digest = state.turn_digest
             for p in pending:
                 assert p.preset is not None
-                source = _preset_source(p)
+                source = preset_source(p)
                 if source == "policy":
                     digest = digest or turn_digest(run.run_id, run.sequence, pending)
                     self._emit_decision(
@@ -377,99 +376,6 @@ def _as_sink(
     return _CallableSink(events)
 
 
-def _gate(agent: Agent, call: ToolCall) -> PendingCall:
-    """Classify one call of a turn: which decision applies unless a person gives one."""
-    if call.error is not None:
-        return PendingCall(
-            call.id, call.name, call.arguments, None, Approve(), "invalid_arguments", call.error
-        )
-    tool = agent.tool(call.name)
-    if tool is None:
-        return PendingCall(call.id, call.name, call.arguments, None, Approve(), "unknown_tool")
-    effect = tool.effect.value
-    if not requires_approval(tool):
-        return PendingCall(call.id, call.name, call.arguments, effect, Approve(), "read_only")
-    try:
-        validated = tool.validate(call.arguments)
-    except ToolArgumentsError:
-        return PendingCall(
-            call.id, call.name, call.arguments, effect, Approve(), "invalid_arguments"
-        )
-    if agent.approval_policy is None:
-        return PendingCall(call.id, call.name, call.arguments, effect)
-    match agent.approval_policy(tool, validated):
-        case Ask():
-            return PendingCall(call.id, call.name, call.arguments, effect)
-        case Approve() | Deny() as verdict:
-            return PendingCall(call.id, call.name, call.arguments, effect, verdict, "policy")
-        case other:
-            raise AirlockError(f"approval policy of agent {agent.name!r} returned {other!r}")
-
-
-def _preset_source(call: PendingCall) -> DecisionSource:
-    return call.preset_source or "operator"
-
-
-def _resolve(
-    agent: Agent,
-    state: SuspendedRunState,
-    decisions: Approve | Deny | Mapping[str, CallDecision],
-) -> list[tuple[PendingCall, CallDecision, DecisionSource]]:
-    if isinstance(decisions, Approve | Deny):
-        whole: list[tuple[PendingCall, CallDecision, DecisionSource]] = []
-        for call in state.pending_calls:
-            if call.preset is not None and call.preset_source == "policy":
-                whole.append((call, call.preset, "policy"))
-            else:
-                whole.append((call, decisions, "operator"))
-        return whole
-    known = {c.id for c in state.pending_calls}
-    unknown = sorted(set(decisions) - known)
-    if unknown:
-        raise DecisionError(f"decisions name unknown call ids: {', '.join(unknown)}")
-    final = sorted(c.id for c in state.pending_calls if _by_policy(c) and c.id in decisions)
-    if final:
-        raise DecisionError(
-            f"calls decided by the approval policy cannot be decided again: {', '.join(final)}"
-        )
-    resolved: list[tuple[PendingCall, CallDecision, DecisionSource]] = []
-    undecided: list[str] = []
-    for call in state.pending_calls:
-        decision = decisions.get(call.id)
-        if decision is not None:
-            _check_edit(agent, call, decision)
-            resolved.append((call, decision, "operator"))
-        elif call.preset is not None:
-            resolved.append((call, call.preset, _preset_source(call)))
-        else:
-            undecided.append(call.id)
-    if undecided:
-        raise DecisionError(f"no decision for calls that need approval: {', '.join(undecided)}")
-    return resolved
-
-
-def _acts(call: PendingCall) -> bool:
-    """The call will run a tool that acts on the world: a policy approved it."""
-    return isinstance(call.preset, Approve) and call.preset_source == "policy"
-
-
-def _by_policy(call: PendingCall) -> bool:
-    """A policy's verdict is final: no person's decision overrides it."""
-    return call.preset is not None and call.preset_source == "policy"
-
-
-def _check_edit(agent: Agent, call: PendingCall, decision: CallDecision) -> None:
-    if not isinstance(decision, Edit):
-        return
-    tool = agent.tool(call.name)
-    if tool is None:
-        return  # settled as "no longer permitted"; nothing to validate against
-    try:
-        tool.validate(decision.arguments)
-    except ToolArgumentsError as exc:
-        raise DecisionError(f"edit of call {call.id} refused: {exc}") from exc
-
-
 def _not_executed(call: ToolCall) -> ToolResultMessage:
     return ToolResultMessage(
         call.id,
@@ -477,12 +383,3 @@ def _not_executed(call: ToolCall) -> ToolResultMessage:
         f'Error: tool "{call.name}" was not executed: the run reached its limit.',
         is_error=True,
     )
-
-
-def check_decisions(
-    agent: Agent,
-    state: SuspendedRunState,
-    decisions: Approve | Deny | Mapping[str, CallDecision],
-) -> None:
-    """Refuse, before anything is recorded, decisions that ``resume`` would refuse."""
-    _resolve(agent, state, decisions)

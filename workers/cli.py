@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import JsonValue
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
 from loop import DecisionError, StateError
@@ -24,6 +20,16 @@ from persistence import migrations
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError
+from workers.cli_output import (
+    console,
+    emit,
+    errors,
+    fail,
+    parse_duration,
+    print_stats,
+    print_turn,
+    progress_bar,
+)
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service
@@ -31,8 +37,6 @@ from workers.settings import settings
 from workers.views import event_view, run_view
 
 ROOT = Path(__file__).resolve().parent.parent
-console = Console()
-errors = Console(stderr=True)
 
 app = typer.Typer(
     name="airlock",
@@ -50,11 +54,6 @@ PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[red]airlock:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
 def service() -> Service:
     from workers.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
@@ -66,18 +65,6 @@ def require_run(run_id: str) -> Run:
         return service().get_run(run_id)
     except UnknownRunError as exc:
         fail(str(exc), 4)
-
-
-def emit(value: JsonValue) -> None:
-    typer.echo(json.dumps(value, indent=2))
-
-
-def parse_duration(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
-    n, unit = int(match[1]), match[2]
-    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
 
 
 # -- schema and processes -----------------------------------------------------------------
@@ -122,7 +109,7 @@ def api(
 
 
 @app.command()
-def demo() -> None:
+def demo() -> NoReturn:
     """The whole story on embedded defaults, in a temporary folder, with no server:
     enqueue → wait → signed approval → resume → done, with the event stream."""
     from workers.demo import run_demo  # noqa: PLC0415
@@ -133,7 +120,7 @@ def demo() -> None:
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
-) -> None:
+) -> NoReturn:
     """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock)."""
     from workers.demo import run_dev  # noqa: PLC0415
 
@@ -215,22 +202,7 @@ def runs_show(run_id: str, as_json: JsonOption = False) -> None:
         console.print(f"[bold]{key:>12}[/bold]  {view[key]}", highlight=False)
     usage = run.usage
     console.print(f"[bold]{'tokens':>12}[/bold]  {usage.prompt_tokens} + {usage.completion_tokens}")
-    _print_turn(view["pending"])
-
-
-def _print_turn(pending: JsonValue) -> None:
-    if not isinstance(pending, dict):
-        return
-    console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
-    table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
-    for call in pending["calls"]:  # type: ignore[union-attr]
-        assert isinstance(call, dict)
-        table.add_row(
-            str(call["id"]), str(call["name"]), str(call["effect"]),
-            "yes" if call["requires_approval"] else "no", str(call["verdict"]),
-            json.dumps(call["arguments"]),
-        )  # fmt: skip
-    console.print(table)
+    print_turn(view["pending"])
 
 
 @runs_app.command("events")
@@ -260,7 +232,7 @@ def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None)
         fail(f"run is {run.status}, not waiting for approval", 1)
     if digest is None:
         try:
-            _print_turn(run_view(service(), run)["pending"])
+            print_turn(run_view(service(), run)["pending"])
         except StateError as exc:
             fail(str(exc), 1)
         digest = run.turn_digest
@@ -358,7 +330,7 @@ def retry(
         console.print(f"run {run_id} is queued to continue")
         return
     ids = _all_failed(agent)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("retrying", total=len(ids))
         for rid in ids:
             with contextlib.suppress(ConflictError, UnknownRunError):  # finished meanwhile
@@ -378,15 +350,6 @@ def _all_failed(agent: str | None) -> list[str]:
         cursor = page.next_cursor
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        console=errors,
-    )
-
-
 @app.command()
 def purge(
     older_than: Annotated[
@@ -395,7 +358,7 @@ def purge(
 ) -> None:
     """Delete finished runs (and their events) whose last activity is older than the window."""
     window = parse_duration(older_than)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("purging", total=None)
         removed = service().purge(window, progress=lambda n: progress.update(task, completed=n))
     console.print(f"removed {removed} finished runs idle for more than {older_than}")
@@ -422,18 +385,7 @@ def stats(as_json: JsonOption = False) -> None:
     if as_json:
         emit(data)
         return
-    table = Table("status", "runs")
-    for status, n in figures.runs.items():
-        table.add_row(status.value, str(n))
-    console.print(table)
-    waited = "none waiting" if age is None else f"{round(age, 1)} s"
-    console.print(f"oldest waiting approval: {waited}")
-    console.print(f"expired leases: {figures.expired_leases}")
-    for minutes, counts in figures.finished.items():
-        finished = {s.value: n for s, n in counts.items()}
-        console.print(f"finished {minutes}m: {finished or 'none'}")
-    due, given_up = figures.notifications_due, figures.notifications_given_up
-    console.print(f"notifications: {due} due, {given_up} given up")
+    print_stats(figures)
 
 
 def main() -> None:

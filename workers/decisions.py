@@ -8,6 +8,7 @@ from typing import Literal, assert_never
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
+from loop.decisions import Decisions
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
 
@@ -64,9 +65,7 @@ class DecisionBody(TextBody):
         return payload
 
 
-def to_loop_decisions(
-    stored: dict[str, JsonValue], state: SuspendedRunState
-) -> Approve | Deny | dict[str, Approve | Deny | Edit]:
+def to_loop_decisions(stored: dict[str, JsonValue], state: SuspendedRunState) -> Decisions:
     body = DecisionBody.model_validate({"turn_digest": state.turn_digest, **stored})
     whole: Approve | Deny = (
         Approve() if body.decision == "approve" else Deny(reason=body.reason or "")

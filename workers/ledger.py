@@ -100,14 +100,14 @@ class LedgerExecutor:
         started = self._clock()
         outcome = invocation.invoke()
         call = CallRecord(
-            call_id,
-            invocation.tool.name,
-            invocation.tool.effect.value,
-            invocation.arguments,
-            outcome.content,
-            outcome.is_error,
-            started,
-            self._clock(),
+            call_id=call_id,
+            tool=invocation.tool.name,
+            effect=invocation.tool.effect.value,
+            arguments=invocation.arguments,
+            result=outcome.content,
+            is_error=outcome.is_error,
+            started_at=started,
+            finished_at=self._clock(),
         )
         if self._record is not None:
             self._record(call)

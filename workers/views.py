@@ -30,36 +30,34 @@ def verdict(call: PendingCall) -> dict[str, JsonValue]:
             return {"verdict": source or "read_only", "policy_reason": None}
 
 
-def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
-    pending: JsonValue = None
+def pending_view(service: Service, run: Run) -> JsonValue:
+    """The turn a waiting run waits on, each call with the policy's verdict; ``None``
+    for a run that does not wait. An unreadable checkpoint is reported on its own run,
+    so every other reads on."""
+    times = {"suspended_at": iso(run.suspended_at), "expires_at": iso(run.expires_at)}
     try:
         state = service.pending(run)
-    except StateError as exc:  # this run's alone: reported on it, every other reads on
-        state = None
-        pending = {
-            "turn_digest": run.turn_digest,
-            "calls": [],
-            "error": f"the checkpoint cannot be read: {exc}",
-            "suspended_at": iso(run.suspended_at),
-            "expires_at": iso(run.expires_at),
+    except StateError as exc:
+        error = f"the checkpoint cannot be read: {exc}"
+        return {"turn_digest": run.turn_digest, "calls": [], "error": error, **times}
+    if state is None:
+        return None
+    calls: list[JsonValue] = [
+        {
+            "id": c.id,
+            "name": c.name,
+            "arguments": c.arguments,
+            "effect": c.effect,
+            "requires_approval": c.requires_approval,
+            **verdict(c),
         }
-    if state is not None:
-        pending = {
-            "turn_digest": state.turn_digest,
-            "calls": [
-                {
-                    "id": c.id,
-                    "name": c.name,
-                    "arguments": c.arguments,
-                    "effect": c.effect,
-                    "requires_approval": c.requires_approval,
-                    **verdict(c),
-                }
-                for c in state.pending_calls
-            ],
-            "suspended_at": iso(run.suspended_at),
-            "expires_at": iso(run.expires_at),
-        }
+        for c in state.pending_calls
+    ]
+    return {"turn_digest": state.turn_digest, "calls": calls, **times}
+
+
+def run_view(service: Service, run: Run) -> dict[str, JsonValue]:
+    pending = pending_view(service, run)
     return {
         "id": run.id,
         "agent": run.agent,

@@ -64,9 +64,15 @@ class Decisions:
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
             return self._explain_lost(run_id, turn_digest, decision, webhook_id)
-        return DecisionOutcome(
-            "recorded", DecisionRecord(run_id, turn_digest, decision, approver, webhook_id, now)
+        record = DecisionRecord(
+            run_id=run_id,
+            turn_digest=turn_digest,
+            decision=decision,
+            approver=approver,
+            webhook_id=webhook_id,
+            created_at=now,
         )
+        return DecisionOutcome("recorded", record)
 
     def _explain_lost(
         self,

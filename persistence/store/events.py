@@ -102,7 +102,13 @@ class Events:
                 .limit(limit)
             ).all()
         return [
-            RunEvent(str(r.run_id), r.seq, r.kind, self._payload(r.payload), r.created_at)
+            RunEvent(
+                run_id=str(r.run_id),
+                seq=r.seq,
+                kind=r.kind,
+                payload=self._payload(r.payload),
+                created_at=r.created_at,
+            )
             for r in rows
         ]
 

@@ -110,13 +110,13 @@ class OutboxStore:
             return None
         body = self._cipher.open_text(row.body) if row.body else None
         return Notification(
-            int(row.id),
-            str(row.run_id),
-            row.event_type,
-            row.webhook_id,
-            row.created_at,
-            int(row.attempts),
-            body,
+            id=int(row.id),
+            run_id=str(row.run_id),
+            event_type=row.event_type,
+            webhook_id=row.webhook_id,
+            created_at=row.created_at,
+            attempts=int(row.attempts),
+            body=body,
         )
 
     def delivered(self, taken: Notification, body: str, status_code: int) -> None:

@@ -1,0 +1,70 @@
+"""The API's Prometheus metrics: its own counters, and the store's figures read at
+scrape time (at most every few seconds)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from workers.service import Service
+
+
+class Metrics:
+    def __init__(self, service: Service) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "airlock_decisions_total", "Decisions received, by outcome", ["result"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.rejections = Counter(
+            "airlock_webhook_rejections_total", "Approval webhooks refused, by reason", ["reason"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.registry.register(_StoreCollector(service))
+
+
+class _StoreCollector(Collector):
+    """Read from the database, the source of truth, at most once per ``every`` seconds:
+    counting runs by status reads the whole table, and however often Prometheus (or
+    anyone: the endpoint is open) scrapes, the database counts no more often."""
+
+    def __init__(self, service: Service, every: float = 5.0) -> None:
+        self._service = service
+        self._every = every
+        self._lock = threading.Lock()
+        self._read: tuple[float, list[Any]] | None = None
+
+    def collect(self) -> Any:
+        with self._lock:
+            if self._read is None or time.monotonic() - self._read[0] >= self._every:
+                self._read = (time.monotonic(), self._families())
+            return list(self._read[1])
+
+    def _families(self) -> list[Any]:
+        figures = self._service.stats(finished_within=())
+        by_status = GaugeMetricFamily("airlock_runs", "Runs by status", labels=["status"])
+        for status, count in figures.runs.items():
+            by_status.add_metric([status.value], count)
+        return [
+            by_status,
+            GaugeMetricFamily(
+                "airlock_oldest_waiting_approval_seconds",
+                "Age of the oldest waiting run",
+                value=figures.oldest_waiting_seconds or 0.0,
+            ),
+            GaugeMetricFamily(
+                "airlock_notifications_due",
+                "Notifications in the outbox waiting for a delivery attempt",
+                value=figures.notifications_due,
+            ),
+            GaugeMetricFamily(
+                "airlock_notifications_given_up",
+                "Notifications whose every delivery attempt failed (kept in the outbox)",
+                value=figures.notifications_given_up,
+            ),
+        ]

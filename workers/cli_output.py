@@ -1,0 +1,77 @@
+"""How the CLI prints: tables and lines for people, JSON for scripts, errors to
+stderr with the exit code that says what went wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import NoReturn
+
+import typer
+from pydantic import JsonValue
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+
+from workers.service import Stats
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    errors.print(f"[red]airlock:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def emit(value: JsonValue) -> None:
+    typer.echo(json.dumps(value, indent=2))
+
+
+def parse_duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
+    n, unit = int(match[1]), match[2]
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+def print_turn(pending: JsonValue) -> None:
+    if not isinstance(pending, dict):
+        return
+    console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
+    table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
+    for call in pending["calls"]:  # type: ignore[union-attr]
+        assert isinstance(call, dict)
+        table.add_row(
+            str(call["id"]), str(call["name"]), str(call["effect"]),
+            "yes" if call["requires_approval"] else "no", str(call["verdict"]),
+            json.dumps(call["arguments"]),
+        )  # fmt: skip
+    console.print(table)
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=errors,
+    )
+
+
+def print_stats(figures: Stats) -> None:
+    age = figures.oldest_waiting_seconds
+    table = Table("status", "runs")
+    for status, n in figures.runs.items():
+        table.add_row(status.value, str(n))
+    console.print(table)
+    waited = "none waiting" if age is None else f"{round(age, 1)} s"
+    console.print(f"oldest waiting approval: {waited}")
+    console.print(f"expired leases: {figures.expired_leases}")
+    for minutes, counts in figures.finished.items():
+        finished = {s.value: n for s, n in counts.items()}
+        console.print(f"finished {minutes}m: {finished or 'none'}")
+    due, given_up = figures.notifications_due, figures.notifications_given_up
+    console.print(f"notifications: {due} due, {given_up} given up")

@@ -1,0 +1,67 @@
+"""Errors as ``application/problem+json``: the one table of how the service's errors
+are answered, and responses a lone surrogate cannot break."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from loop import DecisionError, StateError
+from persistence.store import BadCursorError, UnknownRunError
+from workers.registry import UnknownAgentError
+from workers.service import ConflictError
+
+
+class ProblemError(Exception):
+    """An error answered as application/problem+json."""
+
+    def __init__(self, status: int, title: str, detail: str, *, type: str = "about:blank") -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.type = type
+
+
+APPROVAL_EXPIRED = "/problems/approval-expired"
+"""The problem type of a decision that came after the approval's ``expires_at``."""
+
+PROBLEMS: dict[type[Exception], tuple[int, str]] = {
+    UnknownRunError: (404, "Not found"),
+    ConflictError: (409, "Conflict"),
+    StateError: (409, "Unreadable state"),
+    DecisionError: (422, "Decision refused"),
+    BadCursorError: (422, "Bad cursor"),
+    UnknownAgentError: (422, "Unknown agent"),
+}
+"""How the service's errors are answered: every route lets them through to here."""
+
+
+def problem_of(exc: Exception) -> ProblemError:
+    if isinstance(exc, ConflictError) and exc.expired:
+        return ProblemError(409, "Approval expired", str(exc), type=APPROVAL_EXPIRED)
+    status, title = next(p for kind, p in PROBLEMS.items() if isinstance(exc, kind))
+    return ProblemError(status, title, str(exc))
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON that a lone surrogate (in a model's or a tool's text) cannot break: it is
+    written as its ``\\ud800`` escape instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, separators=(",", ":")).encode()
+
+
+def problem_response(
+    status: int, title: str, detail: str, *, type: str = "about:blank"
+) -> JSONResponse:
+    return JSONResponse(
+        {"type": type, "title": title, "status": status, "detail": detail},
+        status_code=status,
+        media_type="application/problem+json",
+    )
