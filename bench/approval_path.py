@@ -32,24 +32,14 @@ import httpx
 from sqlalchemy import text
 
 from bench.common import progress, record
-from bench.stack import AUTH, deployment, pct, status
-from tests.api.conftest import SECRET
+from bench.stack import deployment, pct, status, w1_waiting
 from tests.integration.harness import Stack, wait_for
-from workers.demo import signed_request
 
 PARTS = ("webhook", "to_write", "write", "to_finish", "to_visible")
 
 
 def one_approval(stack: Stack, client: httpx.Client, base: str) -> dict[str, float]:
-    run_id = client.post(f"{base}/v1/runs", json={"agent": "w1", "input": "go"}, headers=AUTH)
-    run_id = run_id.json()["id"]
-    waiting = wait_for(
-        "waiting",
-        lambda: (v := status(client, base, run_id))["status"] == "waiting_for_approval" and v,
-        interval=0.002,
-    )
-    body = {"turn_digest": waiting["pending"]["turn_digest"], "decision": "approve"}
-    path, content, headers = signed_request(f"/v1/runs/{run_id}/approval", body, SECRET)
+    run_id, path, content, headers = w1_waiting(client, base)
     sent = time.time()
     answered = client.post(f"{base}{path}", content=content, headers=headers)
     answered_at = time.time()

@@ -86,9 +86,9 @@ def status(client: httpx.Client, base: str, run_id: str) -> dict[str, Any]:
     return view
 
 
-def w1_once(client: httpx.Client, base: str) -> tuple[float, float]:
-    """One W1 run over HTTP: (create → completed seconds, approve → completed seconds)."""
-    start = time.perf_counter()
+def w1_waiting(client: httpx.Client, base: str) -> tuple[str, str, bytes, dict[str, str]]:
+    """A W1 run created over HTTP and polled (every 2 ms) until it waits: its id and
+    the signed approval of its turn (path, content, headers)."""
     run_id = client.post(
         f"{base}/v1/runs", json={"agent": "w1", "input": "go"}, headers=AUTH
     ).json()["id"]
@@ -98,7 +98,13 @@ def w1_once(client: httpx.Client, base: str) -> tuple[float, float]:
         interval=0.002,
     )
     body = {"turn_digest": waiting["pending"]["turn_digest"], "decision": "approve"}
-    path, content, headers = signed_request(f"/v1/runs/{run_id}/approval", body, SECRET)
+    return run_id, *signed_request(f"/v1/runs/{run_id}/approval", body, SECRET)
+
+
+def w1_once(client: httpx.Client, base: str) -> tuple[float, float]:
+    """One W1 run over HTTP: (create → completed seconds, approve → completed seconds)."""
+    start = time.perf_counter()
+    run_id, path, content, headers = w1_waiting(client, base)
     approved = time.perf_counter()
     assert client.post(f"{base}{path}", content=content, headers=headers).status_code == 202
     wait_for(
