@@ -102,7 +102,7 @@ class StateCipher:
             return {_SEALED_KEY: self.seal(json.dumps(value, separators=(",", ":")))}
         if len(value) == 1 and (_SEALED_KEY in value or _PLAIN_KEY in value):
             return {_PLAIN_KEY: dict(value)}
-        return dict(value)
+        return value if isinstance(value, dict) else dict(value)  # no copy on the hot path
 
     def open_json(self, stored: Mapping[str, Any], what: str = "a run's data") -> dict[str, Any]:
         """Raises ``StateError`` for a sealed value that cannot be opened."""

@@ -68,7 +68,7 @@ class RunStore:
         self.ledger = Ledger(ctx)
         self.queries = Queries(ctx, self.runs)
         self.retention = Retention(ctx)
-        self.outbox = OutboxStore(engine, cipher, clock)
+        self.outbox = OutboxStore(ctx)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
@@ -22,9 +23,25 @@ from persistence.domain import CallRecord
 from persistence.store import sql
 from persistence.store.common import Clock, Event
 from persistence.store.connections import Connections
-from persistence.store.outbox import OUTBOX, new_notification
 
 Build = Callable[[], Update]
+
+
+@dataclass(frozen=True)
+class Writes:
+    """What a run's UPDATE carries with it, in the same statement: its audit events,
+    the ledger records of the read-only calls they tell of, and the outbound
+    notification (its type) the change causes."""
+
+    events: Sequence[Event]
+    calls: Sequence[CallRecord] = ()
+    notify: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.calls or self.notify) and not self.events:
+            raise ValueError(
+                "calls and notifications are recorded with the events that tell of them"
+            )
 
 
 class Statements(Protocol):
@@ -39,18 +56,15 @@ class Statements(Protocol):
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> list[int]:
         """Run the UPDATE ``build`` makes (of at most one run; its shape is ``key``),
-        reserving ``len(events)`` numbers of the run's event sequence, and insert the
-        events under them: their numbers, none when the UPDATE matched no row. The
-        sequence lives on the run row, whose lock the UPDATE takes, so the numbers stay
-        gap-free and unique. ``calls`` are recorded in the ledger with them (a call
-        already recorded keeps its first record), and a notification of type
-        ``notify`` in the outbox, only if the UPDATE matched."""
+        reserving as many numbers of the run's event sequence as ``writes`` has events,
+        and insert the events under them: their numbers, none when the UPDATE matched
+        no row. The sequence lives on the run row, whose lock the UPDATE takes, so the
+        numbers stay gap-free and unique. The ``writes``' calls are recorded in the
+        ledger with them (a call already recorded keeps its first record), and its
+        notification in the outbox, only if the UPDATE matched."""
 
     def transition_with_events(
         self,
@@ -58,10 +72,7 @@ class Statements(Protocol):
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> bool:
         """``with_events`` for a transition, which needs only to know it happened."""
 
@@ -87,12 +98,14 @@ class Statements(Protocol):
         """``column`` raised to ``value``, never lowered."""
 
 
-class PostgresStatements:
+class _Statements:
     def __init__(self, conns: Connections, cipher: StateCipher, clock: Clock) -> None:
         self._conns = conns
         self._cipher = cipher
         self._now = clock
 
+
+class PostgresStatements(_Statements):
     def hot(
         self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
     ) -> Sequence[Any] | None:
@@ -105,12 +118,9 @@ class PostgresStatements:
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> list[int]:
-        sent = self._send(s, key, build, params, events, calls=calls, notify=notify, numbers=True)
+        sent = self._send(s, key, build, params, writes, numbers=True)
         return sorted(int(seq) for (seq,) in sent)
 
     def transition_with_events(
@@ -119,14 +129,11 @@ class PostgresStatements:
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> bool:
         # no rows back, only the count
-        sent = self._send(s, key, build, params, events, calls=calls, notify=notify, numbers=False)
-        return sent.rowcount == len(events)
+        sent = self._send(s, key, build, params, writes, numbers=False)
+        return sent.rowcount == len(writes.events)
 
     def _send(
         self,
@@ -134,17 +141,14 @@ class PostgresStatements:
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
+        writes: Writes,
         *,
-        calls: Sequence[CallRecord],
-        notify: str | None,
         numbers: bool,
     ) -> psycopg.Cursor[Any]:
         """One statement: the UPDATE feeds the events' INSERT (and the ledger's and the
         outbox's) in CTEs."""
+        events, calls, notify = writes.events, writes.calls, writes.notify
         k, m, o = len(events), len(calls), notify is not None
-        if m and not k:
-            raise ValueError("calls are recorded with the events that tell of them")
 
         def statement() -> Insert:
             moved = sql.reserving(build, k).cte("moved")
@@ -194,12 +198,7 @@ class PostgresStatements:
         return func.greatest(column, value)
 
 
-class SqliteStatements:
-    def __init__(self, conns: Connections, cipher: StateCipher, clock: Clock) -> None:
-        self._conns = conns
-        self._cipher = cipher
-        self._now = clock
-
+class SqliteStatements(_Statements):
     def hot(
         self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
     ) -> Sequence[Any] | None:
@@ -212,15 +211,11 @@ class SqliteStatements:
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> list[int]:
         """Two statements or more, in the caller's transaction."""
+        events, calls, notify = writes.events, writes.calls, writes.notify
         k = len(events)
-        if calls and not k:
-            raise ValueError("calls are recorded with the events that tell of them")
         now = self._now()
         moved = self._conns.statement(("moved", key, k), lambda: sql.reserving(build, k))
         row = s.execute(moved, params).first()
@@ -236,7 +231,7 @@ class SqliteStatements:
                 s, [sql.call_row(c, self._cipher) | {"run_id": row.id} for c in calls]
             )
         if notify is not None:
-            s.execute(insert(OUTBOX).values(new_notification(row.id, notify, now)))
+            s.execute(insert(sql.OUTBOX).values(sql.new_notification(row.id, notify, now)))
         return list(range(first, first + k))
 
     def _event_row(self, run_id: Any, seq: int, event: Event, now: Any) -> dict[str, Any]:
@@ -250,12 +245,9 @@ class SqliteStatements:
         key: Hashable,
         build: Build,
         params: dict[str, Any],
-        events: Sequence[Event],
-        *,
-        calls: Sequence[CallRecord] = (),
-        notify: str | None = None,
+        writes: Writes,
     ) -> bool:
-        return bool(self.with_events(s, key, build, params, events, calls=calls, notify=notify))
+        return bool(self.with_events(s, key, build, params, writes))
 
     def insert_run(self, s: Connection, values: dict[str, Any], first_event: Event | None) -> None:
         s.execute(insert(sql.RUNS).values(values))
@@ -274,7 +266,7 @@ class SqliteStatements:
     ) -> bool:
         moving = functools.partial(sql.waiting_to_queued, expiry=expiry)
         if events:
-            won = bool(self.with_events(s, ("decide", expiry), moving, params, events))
+            won = bool(self.with_events(s, ("decide", expiry), moving, params, Writes(events)))
         else:
             moved = self._conns.statement(("decide", expiry), moving)
             won = int(s.execute(moved, params).rowcount) == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -14,6 +14,7 @@ from persistence.domain import CallRecord, RunEvent, RunStatus
 from persistence.store import sql
 from persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
 from persistence.store.context import Context
+from persistence.store.dialects import Writes
 from persistence.store.runs import Runs
 
 RUNS, EVENTS = sql.RUNS, sql.EVENTS
@@ -64,14 +65,14 @@ class Events:
         key = ("append", counters is not None, owner is not None)
         build = self._bump(counters is not None, guarded=owner is not None)
         with self._ctx.conns.one() as s:
-            seqs = self._ctx.sql.with_events(s, key, build, params, events, calls=calls)
+            seqs = self._ctx.sql.with_events(s, key, build, params, Writes(events, calls))
         if seqs:
             return seqs
         if owner is not None and self._runs.get(run_id) is not None:
             raise LeaseLostError(f"run {run_id} is no longer leased to {owner}")
         raise UnknownRunError(f"no run has id {run_id!r}")
 
-    def _bump(self, counters: bool, *, guarded: bool) -> Any:
+    def _bump(self, counters: bool, *, guarded: bool) -> Callable[[], Update]:
         at_least = self._ctx.sql.at_least
 
         def build() -> Update:

@@ -1,5 +1,5 @@
 """The outbox: outbound notifications, recorded by the transition that causes them (in its
-statement, see ``RunRepository``) and delivered, with retries, by workers.
+statement, see ``Transitions.move``) and delivered, with retries, by workers.
 
 A row is *due* while ``due_at`` is set and has passed. A deliverer *takes* a row with
 one guarded UPDATE that moves ``due_at`` on by its lease: of several deliverers, one
@@ -13,27 +13,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, func, select, update
+from sqlalchemy import func, select, update
 
-from persistence.crypto import StateCipher
-from persistence.models import OutboxRow
-
-OUTBOX = cast(Table, OutboxRow.__table__)
-
-
-def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:
-    """The outbox row of a notification caused now: due at once, under a webhook-id of
-    its own that every attempt to deliver it repeats (receivers deduplicate on it)."""
-    return {
-        "run_id": run_id,
-        "event_type": event_type,
-        "webhook_id": f"msg_{uuid.uuid4().hex}",
-        "created_at": now,
-        "due_at": now,
-        "attempts": 0,
-    }
+from persistence.store.context import Context
+from persistence.store.sql import OUTBOX, new_notification
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +44,22 @@ class OutboxCounts:
 
 
 class OutboxStore:
-    def __init__(self, engine: Engine, cipher: StateCipher, clock: Any) -> None:
-        self._engine = engine
-        self._cipher = cipher
-        self._now = clock
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._cipher = ctx.cipher
+        self._now = ctx.now
 
     def add(self, run_id: str, event_type: str) -> None:
         """A notification caused outside a transition (one a worker of an earlier version
         was asked to send)."""
-        with self._engine.begin() as s:
+        with self._ctx.conns.one() as s:
             s.execute(
                 OUTBOX.insert().values(new_notification(uuid.UUID(run_id), event_type, self._now()))
             )
 
     def due(self, limit: int = 100) -> list[int]:
         """The ids of the rows due now, oldest first."""
-        with self._engine.begin() as s:
+        with self._ctx.conns.one() as s:
             ids = s.scalars(
                 select(OUTBOX.c.id)
                 .where(OUTBOX.c.due_at.is_not(None), OUTBOX.c.due_at <= self._now())
@@ -87,7 +72,7 @@ class OutboxStore:
         """Take a due row for one delivery attempt; ``None`` if it is not due (another
         deliverer took it, or it was settled meanwhile)."""
         now = self._now()
-        with self._engine.begin() as s:
+        with self._ctx.conns.one() as s:
             row = s.execute(
                 update(OUTBOX)
                 .where(
@@ -130,7 +115,7 @@ class OutboxStore:
 
     def _settle(self, taken: Notification, body: str, **values: Any) -> None:
         # only while no later attempt took it (this one's lease ran out meanwhile)
-        with self._engine.begin() as s:
+        with self._ctx.conns.one() as s:
             s.execute(
                 update(OUTBOX)
                 .where(OUTBOX.c.id == taken.id, OUTBOX.c.attempts == taken.attempts)
@@ -138,7 +123,7 @@ class OutboxStore:
             )
 
     def counts(self) -> OutboxCounts:
-        with self._engine.begin() as s:
+        with self._ctx.conns.one() as s:
             due = s.scalar(select(func.count()).where(OUTBOX.c.due_at.is_not(None)))
             given_up = s.scalar(
                 select(func.count()).where(

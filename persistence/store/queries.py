@@ -8,7 +8,7 @@ import binascii
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 
 from persistence.domain import TERMINAL, Page, Run, RunStatus
 from persistence.store import sql
@@ -53,9 +53,9 @@ class Queries:
         next_cursor = encode_cursor(runs[-1]) if len(rows) > limit else None
         return Page(runs, next_cursor)
 
-    def _ids(self, query: object) -> list[str]:
+    def _ids(self, query: Select[tuple[uuid.UUID]]) -> list[str]:
         with self._ctx.conns.one() as s:
-            return [str(i) for i in s.scalars(query).all()]  # type: ignore[call-overload]
+            return [str(i) for i in s.scalars(query).all()]
 
     def stale_queued(self, older_than: timedelta, limit: int = 500) -> list[str]:
         """Runs that sat queued longer than ``older_than``: their wake-up was probably lost."""

@@ -29,14 +29,29 @@ from sqlalchemy.sql.selectable import CTE, FromClause
 
 from persistence.crypto import StateCipher
 from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.models import AgentRun, DecisionRow, RunEventRow, ToolCallRow
+from persistence.models import AgentRun, DecisionRow, OutboxRow, RunEventRow, ToolCallRow
 from persistence.store.common import Event
-from persistence.store.outbox import OUTBOX, new_notification
 
 RUNS = cast(Table, AgentRun.__table__)
 DECISIONS = cast(Table, DecisionRow.__table__)
 EVENTS = cast(Table, RunEventRow.__table__)
 CALLS = cast(Table, ToolCallRow.__table__)
+OUTBOX = cast(Table, OutboxRow.__table__)
+
+
+def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:
+    """The outbox row of a notification caused now: due at once, under a webhook-id of
+    its own that every attempt to deliver it repeats (receivers deduplicate on it)."""
+    return {
+        "run_id": run_id,
+        "event_type": event_type,
+        "webhook_id": f"msg_{uuid.uuid4().hex}",
+        "created_at": now,
+        "due_at": now,
+        "attempts": 0,
+    }
+
+
 RUN_COLUMNS = [c for c in RUNS.c if c.name != "suspended_state"]
 HAS_CHECKPOINT = RUNS.c.suspended_state.is_not(None).label("has_checkpoint")
 

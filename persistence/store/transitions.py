@@ -19,6 +19,7 @@ from persistence.models import from_db_text
 from persistence.store import sql
 from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
+from persistence.store.dialects import Writes
 
 RUNS = sql.RUNS
 
@@ -99,14 +100,9 @@ class Transitions:
         params: dict[str, Any] = {"rid": rid, "now": self._ctx.now(), "owner": guard.owner}
         params |= {"digest": guard.turn_digest} | {f"v_{c}": values[c] for c in columns}
         key = guard.shape(columns)
+        writes = Writes(events, calls, notify)
         if events:
-            return self._ctx.sql.transition_with_events(
-                s, key, build, params, events, calls=calls, notify=notify
-            )
-        if calls or notify:
-            raise ValueError(
-                "calls and notifications are recorded with the events that tell of them"
-            )
+            return self._ctx.sql.transition_with_events(s, key, build, params, writes)
         return int(s.execute(self._ctx.conns.statement(key, build), params).rowcount) == 1
 
     def _move_one(self, run_id: str, guard: Guard, values: dict[str, Any], **kwargs: Any) -> bool:

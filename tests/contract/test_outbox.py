@@ -19,7 +19,7 @@ from loop import Agent, ScriptedModel
 from persistence.crypto import StateCipher
 from persistence.domain import RunStatus
 from persistence.store import RunStore
-from persistence.store.outbox import OUTBOX
+from persistence.store.sql import OUTBOX
 from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from workers.decisions import DecisionBody

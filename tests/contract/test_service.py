@@ -27,7 +27,7 @@ from loop.events import ModelCalled
 from loop.messages import Message, Usage
 from loop.tools import ToolSchema
 from persistence.domain import CallStatus, RunStatus
-from persistence.store import RunStore
+from persistence.store import RunStore, utcnow
 from tests.conftest import FakeClock
 from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
@@ -83,14 +83,24 @@ class Ticks:
 
 
 def keeping(
-    repo: RunStore, agent: Agent, delay: float = 0.05, *, limits: Limits | None = None
+    repo: RunStore,
+    agent: Agent,
+    delay: float = 0.05,
+    *,
+    limits: Limits | None = None,
+    clock: FakeClock | None = None,
 ) -> Service:
     """A service for ``agent`` whose keeper writes held events after ``delay``; the test
     steps it (``let_time_pass``)."""
     limits = limits or Limits(events_delay=delay)
     keeper = Keeper(repo, limits.lease, limits.events_delay, clock=Ticks(), sleep=None)
     return Service(
-        store=repo, registry=Registry([agent]), enqueue=Woken(), limits=limits, keeper=keeper
+        store=repo,
+        registry=Registry([agent]),
+        enqueue=Woken(),
+        limits=limits,
+        keeper=keeper,
+        clock=clock or utcnow,
     )
 
 
@@ -388,8 +398,7 @@ def test_a_segment_longer_than_its_lease_keeps_it(engine: Engine, clock: FakeClo
         [{"tool_calls": [{"name": "slow", "arguments": {}}]}, {"content": "done"}]
     )
     agent = Agent(name="slow", model=model, tools=[slow])
-    service = keeping(RunStore(engine, clock=clock), agent, limits=Limits(lease=lease))
-    service.clock = clock
+    service = keeping(RunStore(engine, clock=clock), agent, limits=Limits(lease=lease), clock=clock)
     holder.append(service)
     run, _ = service.start_run("slow", "x")
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
