@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import JsonValue
 
@@ -85,6 +86,11 @@ class Claim:
     one); open it with ``Runs.load_state``."""
     unreadable: str | None = None
     """Why the input (read as empty) could not be opened: the segment fails the run."""
+    decision: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    """The decision recorded for ``turn_digest``, as stored (sealed); open it with
+    ``Decisions.opened``. None when the run did not wait on a turn, or none was decided."""
+    approver: str | None = None
+    """Who made that decision."""
 
     @property
     def has_checkpoint(self) -> bool:

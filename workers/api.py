@@ -81,7 +81,7 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
 
 
 def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
-    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+    async def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
         if not config.api_token:
             return
         if not token_matches(authorization, config.api_token):
@@ -91,17 +91,15 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
 
     auth = [Depends(authorised)]
 
-    def view(run: Run) -> dict[str, JsonValue]:
-        return run_view(service, run)
+    def view(run: Run, status: int = 200) -> SafeJSONResponse:
+        return SafeJSONResponse(run_view(service, run), status)
 
     @app.post("/v1/runs", status_code=201, dependencies=auth)
-    def create_run(body: CreateRun, response: Response) -> dict[str, JsonValue]:
+    def create_run(body: CreateRun) -> SafeJSONResponse:
         run, created = service.start_run(
             body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
         )
-        if not created:
-            response.status_code = 200
-        return view(run)
+        return view(run, 201 if created else 200)
 
     @app.get("/v1/runs", dependencies=auth)
     def list_runs(
@@ -109,12 +107,13 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         agent: str | None = None,
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
         cursor: str | None = None,
-    ) -> dict[str, JsonValue]:
+    ) -> SafeJSONResponse:
         page = service.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
-        return {"runs": [view(r) for r in page.runs], "next_cursor": page.next_cursor}
+        runs: list[JsonValue] = [run_view(service, r) for r in page.runs]
+        return SafeJSONResponse({"runs": runs, "next_cursor": page.next_cursor})
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
-    def get_run(run_id: str) -> dict[str, JsonValue]:
+    def get_run(run_id: str) -> SafeJSONResponse:
         return view(service.get_run(run_id))
 
     @app.get("/v1/runs/{run_id}/events", dependencies=auth)
@@ -122,17 +121,19 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         run_id: str,
         after: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
-    ) -> dict[str, JsonValue]:
-        events = service.events(run_id, after=after, limit=limit)
-        return {"events": [event_view(e) for e in events]}
+    ) -> SafeJSONResponse:
+        events: list[JsonValue] = [
+            event_view(e) for e in service.events(run_id, after=after, limit=limit)
+        ]
+        return SafeJSONResponse({"events": events})
 
     @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
-    def cancel(run_id: str) -> dict[str, JsonValue]:
+    def cancel(run_id: str) -> SafeJSONResponse:
         return view(service.cancel(run_id, by="api"))
 
     @app.post("/v1/runs/{run_id}/retry", status_code=202, dependencies=auth)
-    def retry(run_id: str) -> dict[str, JsonValue]:
-        return view(service.retry(run_id, by="api"))
+    def retry(run_id: str) -> SafeJSONResponse:
+        return view(service.retry(run_id, by="api"), 202)
 
 
 def _approval_route(
@@ -143,7 +144,7 @@ def _approval_route(
         status_code=202,
         responses={200: {"description": "a replay, or the same decision again"}},
     )
-    async def approval(run_id: str, request: Request, response: Response) -> dict[str, JsonValue]:
+    async def approval(run_id: str, request: Request) -> SafeJSONResponse:
         raw = await request.body()
         if len(raw) > MAX_APPROVAL_BODY:
             metrics.rejections.labels("too_large").inc()
@@ -158,14 +159,13 @@ def _approval_route(
             metrics.decisions.labels(_refused(exc)).inc()
             raise
         metrics.decisions.labels(result.result).inc()
-        if result.result == "duplicate":
-            response.status_code = 200
-        return {
+        answer: dict[str, JsonValue] = {
             "run_id": run_id,
             "result": result.result,
             "decision": result.decision,
             "approver": result.approver,
         }
+        return SafeJSONResponse(answer, 200 if result.result == "duplicate" else 202)
 
 
 def _refused(exc: Exception) -> str:

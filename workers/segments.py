@@ -12,6 +12,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Literal
 
+from pydantic import JsonValue
 from sqlalchemy.exc import InterfaceError, OperationalError, StatementError
 
 from loop import (
@@ -149,14 +150,24 @@ class Segments:
             elif not state.awaits_decision:  # redone from a write-ahead checkpoint
                 result = loop.resume(agent, state, {})
             else:
-                record = self.store.decisions.decision_for(run.id, state.turn_digest)
-                if record is None:
-                    raise StateError(f"run {run.id} has a checkpoint but no decision for its turn")
-                decisions = to_loop_decisions(record.decision, state)
-                result = loop.resume(agent, state, decisions, approver=record.approver)
+                decision, approver = self._decision(run, state)
+                decisions = to_loop_decisions(decision, state)
+                result = loop.resume(agent, state, decisions, approver=approver)
         except ApprovalRequired as pause:
             return self._suspend(run, owner, agent, pause.state, sink.take())
         return self._complete(run, owner, result, sink.take())
+
+    def _decision(
+        self, run: Claim, state: SuspendedRunState
+    ) -> tuple[dict[str, JsonValue], str | None]:
+        """The decision for the turn the checkpoint waits on, and who made it: the one
+        the claim read with the run, or (were the run's turn another) the ledger's."""
+        if run.decision is not None and run.turn_digest == state.turn_digest:
+            return self.store.decisions.opened(run.decision), run.approver
+        record = self.store.decisions.decision_for(run.id, state.turn_digest)
+        if record is None:
+            raise StateError(f"run {run.id} has a checkpoint but no decision for its turn")
+        return record.decision, record.approver
 
     def _suspend(
         self,

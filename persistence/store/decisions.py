@@ -132,6 +132,11 @@ class Decisions:
         row = sql.row_of(s, DECISIONS, run_id, turn_digest=turn_digest)
         return to_decision(row, self._ctx.cipher) if row is not None else None
 
+    def opened(self, stored: Mapping[str, Any]) -> dict[str, JsonValue]:
+        """A decision as its row holds it (``Claim.decision``), opened. Raises
+        ``StateError`` when its seal cannot be opened."""
+        return self._ctx.cipher.open_json(stored, "a decision")
+
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)

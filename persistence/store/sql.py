@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Column,
     ColumnElement,
     Select,
     Table,
@@ -25,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
-from sqlalchemy.sql.selectable import CTE, FromClause
+from sqlalchemy.sql.selectable import CTE, FromClause, ScalarSelect
 
 from persistence.crypto import StateCipher
 from persistence.domain import CallRecord, CallStatus, RunStatus
@@ -96,7 +97,21 @@ def claim_statement(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
             RUNS.c.turn_digest,
             select(CALLS.c.id).where(CALLS.c.run_id == bindparam("rid")).exists().label("ledger"),
             RUNS.c.suspended_state,
+            _decision_of_turn(DECISIONS.c.decision),
+            _decision_of_turn(DECISIONS.c.approver),
         )
+    )
+
+
+def _decision_of_turn(column: Column[Any]) -> ScalarSelect[Any]:
+    """``column`` of the decision for the turn the run waited on (none if it did not):
+    a resume's claim reads its decision with the run, in its one round trip."""
+    return (
+        select(column)
+        .where(
+            DECISIONS.c.run_id == bindparam("rid"), DECISIONS.c.turn_digest == RUNS.c.turn_digest
+        )
+        .scalar_subquery()
     )
 
 

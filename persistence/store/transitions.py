@@ -4,6 +4,7 @@ sees the new status also sees why, and a caller that lost the race changes nothi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -141,7 +142,7 @@ class Transitions:
             row = self._ctx.sql.hot(s, ("claim", take_over is None), lambda: claim, params)
         if row is None:
             return None
-        _, agent, input, attempts, turn_digest, ledger, sealed = row
+        _, agent, input, attempts, turn_digest, ledger, sealed, decision, approver = row
         input = from_db_text(input)  # the driver's rows skip the column types' processing
         unreadable = None
         try:
@@ -157,6 +158,8 @@ class Transitions:
             ledger=bool(ledger),
             checkpoint=sealed,
             unreadable=unreadable,
+            decision=json.loads(decision) if isinstance(decision, str) else decision,
+            approver=approver,
         )
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:

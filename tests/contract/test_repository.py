@@ -509,6 +509,35 @@ def test_each_segment_is_claimed_afresh(repo: RunStore) -> None:
     assert claim is not None and claim.attempts == 1
 
 
+def test_a_resumes_claim_carries_the_decision_of_its_turn(repo: RunStore) -> None:
+    """The claim reads the decision with the run, in its one statement: only the one
+    for the turn the run waited on, and none for a run that never waited."""
+    fresh, _ = repo.runs.create("mailer", "x")
+    claim = repo.transitions.claim(fresh.id, "w1", LEASE)
+    assert claim is not None and claim.decision is None and claim.approver is None
+    run, state = waiting_run(repo)
+    other, other_state = waiting_run(repo)
+    repo.decisions.record_decision(other.id, other_state.turn_digest, DENY, approver="eve")
+    repo.decisions.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
+    claim = repo.transitions.claim(run.id, "w2", LEASE)
+    assert claim is not None and claim.decision is not None
+    assert repo.decisions.opened(claim.decision) == APPROVE
+    assert claim.approver == "bob"
+
+
+def test_a_sealed_decision_is_opened_from_the_claim(engine: Engine) -> None:
+    sealed = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    run, state = waiting_run(sealed)
+    sealed.decisions.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
+    claim = sealed.transitions.claim(run.id, "w2", LEASE)
+    assert claim is not None and claim.decision is not None
+    assert claim.decision != APPROVE  # stored sealed
+    assert sealed.decisions.opened(claim.decision) == APPROVE
+    unkeyed = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
+    with pytest.raises(StateError):
+        unkeyed.decisions.opened(claim.decision)
+
+
 @pytest.fixture
 def pg_repo(postgres_url: str) -> Iterator[RunStore]:
     engine = make_engine(postgres_url)
