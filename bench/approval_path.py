@@ -23,24 +23,27 @@ them, with the command, to bench/results/approval_path.jsonl.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from sqlalchemy import text
 
 from bench import peer
-from bench.common import progress, record, temporary_database
+from bench.common import CpuMeter, Proc, progress, record, temporary_database
+from bench.http import Client
 from bench.stack import deployment, pct, status, w1_once, w1_waiting
 from tests.integration.harness import Stack, wait_for
 
 PARTS = ("webhook", "to_resume", "to_write", "write", "to_finish", "to_visible")
 
 
-def one_approval(stack: Stack, client: httpx.Client, base: str) -> dict[str, float]:
+def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
     created = time.time()
     run_id, path, content, headers = w1_waiting(client, base)
     sent = time.time()
@@ -88,7 +91,7 @@ def throughput(base: str, clients: int, runs: int) -> float:
     """W1 runs per second, create → completed, with ``clients`` clients at a time, each
     on its own connection driving runs one after another."""
     each = runs // clients
-    connections = [httpx.Client() for _ in range(clients)]
+    connections = [Client() for _ in range(clients)]
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(lambda c: [w1_once(c, base) for _ in range(each)], connections))
@@ -98,15 +101,63 @@ def throughput(base: str, clients: int, runs: int) -> float:
     return clients * each / elapsed
 
 
-def airlock(n: int, clients: int, runs: int) -> tuple[list[dict[str, float]], float]:
-    with deployment() as (stack, base, _worker), httpx.Client() as client:
+def cpu_groups(stack: Stack) -> dict[str, Callable[[Proc], bool]]:
+    """Where a throughput round's CPU goes: the API process, the worker (its main
+    process and pool), PostgreSQL, Redis, and this benchmark (the clients)."""
+    api, worker = (p.pid for p in stack.processes[:2])
+    me = os.getpid()
+    return {
+        "api": lambda p: p.pid == api,
+        "worker": lambda p: p.group == worker,
+        "postgres": lambda p: p.command.startswith("postgres"),
+        "redis": lambda p: p.command.startswith("redis-server"),
+        "clients": lambda p: p.pid == me,
+    }
+
+
+@dataclass
+class Totals:
+    samples: list[dict[str, float]] = field(default_factory=list)
+    airlock_runs: int = 0
+    airlock_wall: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    peer_approve: list[float] = field(default_factory=list)
+    peer_create: list[float] = field(default_factory=list)
+    peer_wall: float = 0.0
+
+
+def measure(rounds: int, n: int, clients: int, runs: int) -> Totals:
+    """``rounds`` rounds, each: ``n / rounds`` W1 runs on Airlock one at a time (the
+    approval's parts), ``runs / rounds`` with ``clients`` at a time (throughput and
+    CPU), then ``n / rounds`` on the peer, one after the other, so that a slow phase of
+    the host falls on both sides alike."""
+    totals = Totals()
+    with (
+        deployment() as (stack, base, _worker),
+        Client() as client,
+        temporary_database() as peer_db,
+    ):
+        meter = CpuMeter(cpu_groups(stack))
         for _ in range(5):
             one_approval(stack, client, base)  # warm up
-        progress(f"Airlock: {n} W1 runs over HTTP, one at a time…")
-        samples = [one_approval(stack, client, base) for _ in range(n)]
-        progress(f"Airlock: {runs} W1 runs, {clients} clients at a time…")
-        rate = throughput(base, clients, runs)
-    return samples, rate
+        for r in range(rounds):
+            progress(f"round {r + 1}/{rounds}: Airlock, {n // rounds} W1 runs one at a time…")
+            totals.samples += [one_approval(stack, client, base) for _ in range(n // rounds)]
+            progress(f"round {r + 1}/{rounds}: Airlock, {runs // rounds} runs, {clients} clients…")
+            meter.start()
+            rate = throughput(base, clients, runs // rounds)
+            done = clients * (runs // rounds // clients)
+            totals.airlock_runs += done
+            totals.airlock_wall += done / rate
+            for group, seconds in meter.stop().items():
+                totals.cpu[group] = totals.cpu.get(group, 0.0) + seconds
+            progress(f"round {r + 1}/{rounds}: the peer, {n // rounds} W1 runs one at a time…")
+            libpq = peer_db.replace("postgresql+psycopg://", "postgresql://")
+            peer_run = peer.langgraph_w1(libpq, n // rounds)
+            totals.peer_approve += peer_run["approve_to_done"]
+            totals.peer_create += peer_run["create_to_done"]
+            totals.peer_wall += peer_run["wall"]
+    return totals
 
 
 def ms(values: list[float]) -> dict[str, float]:
@@ -119,48 +170,49 @@ def ms(values: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=100, help="runs one at a time, each side")
+    parser.add_argument("--n", type=int, default=150, help="runs one at a time, each side")
     parser.add_argument("--clients", type=int, default=4, help="Airlock's clients at a time")
-    parser.add_argument("--runs", type=int, default=400, help="Airlock's runs for throughput")
+    parser.add_argument("--runs", type=int, default=600, help="Airlock's runs for throughput")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    samples, rate = airlock(args.n, args.clients, args.runs)
-    progress(f"the peer (LangGraph + PostgresSaver): {args.n} W1 runs, one at a time…")
-    with temporary_database() as url:
-        peer_run = peer.langgraph_w1(url.replace("postgresql+psycopg://", "postgresql://"), args.n)
-    peer_rate = args.n / peer_run["wall"]
-    parts = {part: ms([s[part] for s in samples]) for part in (*PARTS, "total")}
+    t = measure(args.rounds, args.n, args.clients, args.runs)
+    rate = t.airlock_runs / t.airlock_wall
+    peer_rate = len(t.peer_create) / t.peer_wall
+    parts = {part: ms([s[part] for s in t.samples]) for part in (*PARTS, "total")}
+    peer_approve = ms(t.peer_approve)
     result: dict[str, Any] = {
         "airlock": {
             "parts": parts,
-            "create_to_completed": ms([s["create"] for s in samples]),
+            "create_to_completed": ms([s["create"] for s in t.samples]),
             "runs_per_s": round(rate, 1),
             "clients": args.clients,
+            "cpu_ms_per_run": {
+                group: round(seconds / t.airlock_runs * 1000, 2) for group, seconds in t.cpu.items()
+            },
         },
         "peer": {
             "versions": peer.versions(),
-            "approve_to_done": ms(peer_run["approve_to_done"]),
-            "create_to_done": ms(peer_run["create_to_done"]),
+            "approve_to_done": peer_approve,
+            "create_to_done": ms(t.peer_create),
             "runs_per_s": round(peer_rate, 1),
         },
-        "approve_ratio_p50": round(
-            parts["total"]["p50_ms"] / ms(peer_run["approve_to_done"])["p50_ms"], 2
-        ),
+        "approve_ratio_p50": round(parts["total"]["p50_ms"] / peer_approve["p50_ms"], 2),
         "throughput_ratio": round(rate / peer_rate, 2),
     }
-    for part, v in parts.items():
+    for part, v in [*parts.items(), ("peer", peer_approve)]:
         print(
             f"{part:>12}: p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms"
         )
-    v = result["peer"]["approve_to_done"]
-    print(
-        f"{'peer':>12}: p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms"
-    )
     print(f"approve → completed, Airlock / peer (p50): {result['approve_ratio_p50']}x")
     print(
         f"throughput: Airlock {rate:.1f} runs/s ({args.clients} clients, worker -c 2)"
         f" / peer {peer_rate:.1f} runs/s (one process) = {result['throughput_ratio']}x"
     )
-    command = f"approval_path --n {args.n} --clients {args.clients} --runs {args.runs}"
+    print(f"Airlock CPU per run (ms): {result['airlock']['cpu_ms_per_run']}")
+    command = (
+        f"approval_path --n {args.n} --clients {args.clients} --runs {args.runs}"
+        f" --rounds {args.rounds}"
+    )
     record("approval_path", command, result, n=args.n)
 
 

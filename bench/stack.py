@@ -27,6 +27,7 @@ import httpx
 import redis
 from sqlalchemy import text
 
+import bench.http
 from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
@@ -35,6 +36,8 @@ from tests.integration.harness import Process, Stack, airlock_env, free_port, wa
 from workers.demo import signed_request
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+API_OPTIONS: list[str] = []
+AnyClient = httpx.Client | bench.http.Client
 
 
 @contextmanager
@@ -60,7 +63,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     port = free_port()
     api = Process(
         "api",
-        [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
+        [sys.executable, "-m", "workers.cli", "api", "--port", str(port), *API_OPTIONS],
         airlock_env(config, stack.outbox),
         tmp / "api.log",
     ).start()
@@ -81,12 +84,12 @@ def _up(base: str) -> bool:
         return False
 
 
-def status(client: httpx.Client, base: str, run_id: str) -> dict[str, Any]:
+def status(client: AnyClient, base: str, run_id: str) -> dict[str, Any]:
     view: dict[str, Any] = client.get(f"{base}/v1/runs/{run_id}", headers=AUTH).json()
     return view
 
 
-def w1_waiting(client: httpx.Client, base: str) -> tuple[str, str, bytes, dict[str, str]]:
+def w1_waiting(client: AnyClient, base: str) -> tuple[str, str, bytes, dict[str, str]]:
     """A W1 run created over HTTP and polled (every 2 ms) until it waits: its id and
     the signed approval of its turn (path, content, headers)."""
     run_id = client.post(
@@ -101,7 +104,7 @@ def w1_waiting(client: httpx.Client, base: str) -> tuple[str, str, bytes, dict[s
     return run_id, *signed_request(f"/v1/runs/{run_id}/approval", body, SECRET)
 
 
-def w1_once(client: httpx.Client, base: str) -> tuple[float, float]:
+def w1_once(client: AnyClient, base: str) -> tuple[float, float]:
     """One W1 run over HTTP: (create → completed seconds, approve → completed seconds)."""
     start = time.perf_counter()
     run_id, path, content, headers = w1_waiting(client, base)

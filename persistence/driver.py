@@ -46,6 +46,12 @@ class DriverStatement:
                 self._fixed[name] = process(value) if process else value
             elif process:
                 self._processors[name] = process
+        # what a SELECT returns, by name, with each type's result processing (SafeText's
+        # decoding…), for ``first``
+        self._columns = [
+            (column.keyname, column.type.dialect_impl(dialect).result_processor(dialect, None))
+            for column in compiled._result_columns
+        ]
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
         """Run on ``conn``'s driver connection. On an autocommit connection the
@@ -77,3 +83,14 @@ class DriverStatement:
                 connection_invalidated=invalidated,
                 dialect=self._dialect,
             ) from exc
+
+    def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The first row a SELECT returns, by column name, its values processed as
+        SQLAlchemy would."""
+        row = self.execute(conn, params).fetchone()
+        if row is None:
+            return None
+        return {
+            name: process(value) if process is not None else value
+            for (name, process), value in zip(self._columns, row, strict=True)
+        }

@@ -179,7 +179,7 @@ def _operations(
     app: FastAPI, service: Service, metrics: Metrics, check_broker: Callable[[], None]
 ) -> None:
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/readyz")

@@ -100,12 +100,19 @@ def api(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            help="Log every request, in uvicorn's own format (a client that polls a run "
+            "logs each poll); off, errors are still logged."
+        ),
+    ] = False,
 ) -> None:
     """Serve the HTTP API (workers.api:app) with uvicorn."""
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
     settings()
-    uvicorn.run("workers.api:app", host=host, port=port, workers=workers)
+    uvicorn.run("workers.api:app", host=host, port=port, workers=workers, access_log=access_log)
 
 
 @app.command()

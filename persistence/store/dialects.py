@@ -6,13 +6,13 @@ transaction. The store's parts see only the ``Statements`` protocol."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
 from pydantic import JsonValue
-from sqlalchemy import func, insert
+from sqlalchemy import Select, func, insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -49,6 +49,11 @@ class Statements(Protocol):
         self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
     ) -> Sequence[Any] | None:
         """A statement of the hot path, built once; its first row, if it returns rows."""
+
+    def read(
+        self, s: Connection, key: Hashable, build: Callable[[], Select[Any]], params: Any
+    ) -> Mapping[Any, Any] | None:
+        """A SELECT of the hot path (a poll's), built once; its first row by column name."""
 
     def with_events(
         self,
@@ -111,6 +116,11 @@ class PostgresStatements(_Statements):
     ) -> Sequence[Any] | None:
         cursor = self._conns.driver(key, build).execute(s, params)
         return cursor.fetchone() if cursor.description else None
+
+    def read(
+        self, s: Connection, key: Hashable, build: Callable[[], Select[Any]], params: Any
+    ) -> Mapping[Any, Any] | None:
+        return self._conns.driver(key, build).first(s, params)
 
     def with_events(
         self,
@@ -204,6 +214,11 @@ class SqliteStatements(_Statements):
     ) -> Sequence[Any] | None:
         result = s.execute(self._conns.statement(key, build), params)
         return result.first() if result.returns_rows else None
+
+    def read(
+        self, s: Connection, key: Hashable, build: Callable[[], Select[Any]], params: Any
+    ) -> Mapping[Any, Any] | None:
+        return s.execute(self._conns.statement(key, build), params).mappings().first()
 
     def with_events(
         self,

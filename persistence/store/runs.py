@@ -88,8 +88,8 @@ class Runs:
         if rid is None:
             return None
         with self._ctx.conns.one() as s:
-            row = s.execute(sql.run_select().where(sql.RUNS.c.id == rid)).first()
-            return self.opened(row._mapping) if row is not None else None
+            row = self._ctx.sql.read(s, "run_by_id", lambda: sql.RUN_BY_ID, {"rid": rid})
+            return self.opened(row) if row is not None else None
 
     def require(self, run_id: str) -> Run:
         run = self.get(run_id)

@@ -343,3 +343,7 @@ def row_of(s: Connection, table: Table, run_id: str, **key: Any) -> RowMapping |
 
 def run_select() -> Select[Any]:
     return select(*RUN_COLUMNS, HAS_CHECKPOINT, WAITING_CHECKPOINT)
+
+
+RUN_BY_ID = run_select().where(RUNS.c.id == bindparam("rid"))
+"""One run by its id: built once, as every poll of a run's view reads it."""

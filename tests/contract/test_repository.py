@@ -55,6 +55,29 @@ def test_create_and_get(repo: RunStore) -> None:
     )
 
 
+def test_a_run_read_by_id_is_the_run_sqlalchemy_reads(repo: RunStore) -> None:
+    """``get`` reads through the driver on PostgreSQL (a poll's statement): every column
+    comes back as SQLAlchemy's own types would give it (text that needed escaping,
+    JSON, aware timestamps, the waiting checkpoint)."""
+    from persistence.store.runs import to_run
+    from persistence.store.sql import RUN_BY_ID
+
+    run, state = waiting_run(repo)
+    with repo.engine.begin() as conn:
+        conn.execute(
+            update(RUNS)
+            .where(RUNS.c.id == uuid.UUID(run.id))
+            .values({RUNS.c.output: "a\x00b \ud800", RUNS.c.metadata: {"k": [1, "é"]}})
+        )
+    got = repo.runs.require(run.id)
+    with repo.engine.connect() as conn:
+        row = conn.execute(RUN_BY_ID, {"rid": uuid.UUID(run.id)}).mappings().one()
+    assert got == to_run(row)
+    assert (got.output, got.metadata) == ("a\x00b \ud800", {"k": [1, "é"]})
+    assert got.created_at.tzinfo is not None and got.checkpoint is not None
+    assert repo.runs.load_state(got).turn_digest == state.turn_digest
+
+
 def test_a_run_is_created_with_its_first_event(repo: RunStore) -> None:
     run, _ = repo.runs.create("mailer", "x", first_event=("request", {"input": "x"}))
     assert [(e.seq, e.kind, e.payload) for e in repo.events.read(run.id)] == [

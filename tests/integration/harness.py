@@ -73,6 +73,11 @@ class Process:
             )
         return self
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
+
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
