@@ -21,10 +21,12 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from pydantic import JsonValue
+
 from loop import LoopEvent, Usage, event_payload
 from loop.events import DecisionApplied, ModelCalled, RunStarted
-from persistence.domain import CallRecord
-from persistence.store import Event, RunStore
+from persistence.domain import CallRecord, LedgerEntry
+from persistence.store import Event, Prior, RunStore
 
 
 class Pending(NamedTuple):
@@ -95,6 +97,20 @@ class RunEventSink:
                     owner=self._owner,
                 )
                 self._pending, self._calls, self._counters = [], [], None
+
+    def start_call(
+        self, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+    ) -> tuple[LedgerEntry, bool]:
+        """Start a call that acts (``Ledger.start_call``), what is pending written with its
+        ``started`` record, in one statement: the run is about to act on the outside
+        world. What could not be written stays pending."""
+        with self._lock:
+            prior = Prior(self._pending, self._calls, self._counters)
+            started = self._store.ledger.start_call(
+                self._run_id, call_id, tool, effect, arguments, owner=self._owner, prior=prior
+            )
+            self._pending, self._calls, self._counters = [], [], None
+            return started
 
     def take(self) -> Pending:
         """Hand what is pending to the run's transition, which writes it."""

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Protocol
+
+from pydantic import JsonValue
 
 from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
-from persistence.domain import CallRecord, CallStatus
+from persistence.domain import CallRecord, CallStatus, LedgerEntry
 from persistence.store import Clock, RunStore, utcnow
+
+
+class StartCall(Protocol):
+    def __call__(
+        self, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+    ) -> tuple[LedgerEntry, bool]:
+        """Record a call that acts as started: (the ledger's entry, whether it is new)."""
 
 
 class InDoubtCallError(AirlockError):
@@ -37,39 +48,32 @@ class LedgerExecutor:
         self,
         store: RunStore,
         run_id: str,
-        before: Callable[[], None] | None = None,
+        start: StartCall | None = None,
         *,
         record: Callable[[CallRecord], None] | None = None,
         ledger: bool = True,
         clock: Clock = utcnow,
         owner: str | None = None,
     ) -> None:
-        """``before``: called before a call that acts. ``record``: takes a read's ledger
-        record, to be written later (by default it is written at once). ``ledger``:
-        False when the run's ledger was empty as the segment began, so no read of it
-        can have a recorded result to look up. ``owner``: the segment's lease, under which
-        alone a call that acts is started."""
+        """``start``: records a call that acts as started (by default the ledger's
+        ``start_call`` under ``owner``; a segment's event sink writes its pending events
+        with it). ``record``: takes a read's ledger record, to be written later (by
+        default it is written at once). ``ledger``: False when the run's ledger was empty
+        as the segment began, so no read of it can have a recorded result to look up.
+        ``owner``: the segment's lease, under which alone a call that acts is started."""
         self._store = store
         self._run_id = run_id
-        self._before = before
+        self._start = start or functools.partial(store.ledger.start_call, run_id, owner=owner)
         self._record = record
         self._ledger = ledger
         self._clock = clock
-        self._owner = owner
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
         if is_read(invocation):
             return self._read(invocation)
-        if self._before is not None:
-            self._before()
         call_id = invocation.context.call_id
-        entry, fresh = self._store.ledger.start_call(
-            self._run_id,
-            call_id,
-            invocation.tool.name,
-            invocation.tool.effect.value,
-            invocation.arguments,
-            owner=self._owner,
+        entry, fresh = self._start(
+            call_id, invocation.tool.name, invocation.tool.effect.value, invocation.arguments
         )
         if not fresh:
             if entry.status is not CallStatus.STARTED:

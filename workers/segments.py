@@ -125,11 +125,11 @@ class Segments:
         state = self.store.runs.load_state(run) if run.has_checkpoint else None
         if state is not None:
             sink.usage = state.usage
-        # the segment's events so far are written before each write
+        # the segment's events so far are written with each write's ``started`` record
         executor = LedgerExecutor(
             self.store,
             run.id,
-            sink.flush,
+            sink.start_call,
             record=sink.record,
             ledger=run.ledger,
             clock=self.clock,

@@ -33,7 +33,7 @@ from persistence.store.context import Context
 from persistence.store.decisions import Decisions
 from persistence.store.dialects import statements_for
 from persistence.store.events import Events
-from persistence.store.ledger import Ledger
+from persistence.store.ledger import Ledger, Prior
 from persistence.store.outbox import OutboxStore
 from persistence.store.queries import Queries
 from persistence.store.retention import Retention
@@ -45,6 +45,7 @@ __all__ = [
     "Clock",
     "Event",
     "LeaseLostError",
+    "Prior",
     "RunStore",
     "UnknownRunError",
     "parse_run_id",
@@ -65,7 +66,7 @@ class RunStore:
         self.transitions = Transitions(ctx)
         self.events = Events(ctx, self.runs)
         self.decisions = Decisions(ctx)
-        self.ledger = Ledger(ctx)
+        self.ledger = Ledger(ctx, self.events)
         self.queries = Queries(ctx, self.runs)
         self.retention = Retention(ctx)
         self.outbox = OutboxStore(ctx)

@@ -36,9 +36,13 @@ class Writes:
     events: Sequence[Event]
     calls: Sequence[CallRecord] = ()
     notify: str | None = None
+    start: Mapping[str, Any] | None = None
+    """The ``started`` ledger record of a call that acts (its columns but ``run_id``),
+    written with the events that came before it. A call already in the ledger fails the
+    whole write (``IntegrityError``)."""
 
     def __post_init__(self) -> None:
-        if (self.calls or self.notify) and not self.events:
+        if (self.calls or self.notify or self.start) and not self.events:
             raise ValueError(
                 "calls and notifications are recorded with the events that tell of them"
             )
@@ -157,12 +161,14 @@ class PostgresStatements(_Statements):
     ) -> psycopg.Cursor[Any]:
         """One statement: the UPDATE feeds the events' INSERT (and the ledger's and the
         outbox's) in CTEs."""
-        events, calls, notify = writes.events, writes.calls, writes.notify
-        k, m, o = len(events), len(calls), notify is not None
+        events, calls, notify, start = writes.events, writes.calls, writes.notify, writes.start
+        k, m, o, a = len(events), len(calls), notify is not None, start is not None
 
         def statement() -> Insert:
             moved = sql.reserving(build, k).cte("moved")
             inserted = sql.insert_events(moved, k, calls=m, notify=o)
+            if a:
+                inserted = inserted.add_cte(sql.record_start(moved))
             return inserted.returning(sql.EVENTS.c.seq) if numbers else inserted
 
         now = self._now()
@@ -170,7 +176,10 @@ class PostgresStatements(_Statements):
         params |= sql.call_params(calls, self._cipher)
         if notify is not None:
             params |= sql.notify_params(notify, now)
-        return self._conns.driver(("events", key, k, m, o, numbers), statement).execute(s, params)
+        if start is not None:
+            params |= {f"s_{c}": v for c, v in start.items()}
+        driver = self._conns.driver(("events", key, k, m, o, a, numbers), statement)
+        return driver.execute(s, params)
 
     def insert_run(self, s: Connection, values: dict[str, Any], first_event: Event | None) -> None:
         if first_event is None:
@@ -247,6 +256,8 @@ class SqliteStatements(_Statements):
             )
         if notify is not None:
             s.execute(insert(sql.OUTBOX).values(sql.new_notification(row.id, notify, now)))
+        if writes.start is not None:
+            s.execute(insert(sql.CALLS).values({**writes.start, "run_id": row.id}))
         return list(range(first, first + k))
 
     def _event_row(self, run_id: Any, seq: int, event: Event, now: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -44,6 +44,7 @@ class Events:
         counters: tuple[int, Usage] | None = None,
         calls: Sequence[CallRecord] = (),
         owner: str | None = None,
+        start: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Append events in one statement; returns their ``seq``.
 
@@ -52,7 +53,8 @@ class Events:
         ``calls`` (read-only calls that ran) are recorded in the ledger by it too.
         ``owner``: only while the run is running under this lease, else
         ``LeaseLostError`` and nothing is written (a segment whose lease was taken
-        over writes nothing more).
+        over writes nothing more). ``start``: a call's ``started`` record (see
+        ``Ledger.start_call``).
         """
         params: dict[str, Any] = {"rid": parse_run_id(run_id), "owner": owner}
         if counters is not None:
@@ -63,9 +65,10 @@ class Events:
                 "completion": usage.completion_tokens,
             }
         key = ("append", counters is not None, owner is not None)
+        writes = Writes(events, calls, start=start)
         build = self._bump(counters is not None, guarded=owner is not None)
         with self._ctx.conns.one() as s:
-            seqs = self._ctx.sql.with_events(s, key, build, params, Writes(events, calls))
+            seqs = self._ctx.sql.with_events(s, key, build, params, writes)
         if seqs:
             return seqs
         if owner is not None and self._runs.get(run_id) is not None:

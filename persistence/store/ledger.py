@@ -3,26 +3,42 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from loop import Usage
 from persistence.crypto import StateCipher
 from persistence.domain import CallRecord, CallStatus, LedgerEntry
 from persistence.store import sql
-from persistence.store.common import LeaseLostError
+from persistence.store.common import Event, LeaseLostError
 from persistence.store.context import Context
+from persistence.store.events import Events
 
 CALLS = sql.CALLS
 
 
+@dataclass(frozen=True)
+class Prior:
+    """What a segment has yet to write when a call that acts starts: its events, the
+    read-only calls they tell of and the counters they raise. They are written with
+    the call's ``started`` record, in its statement."""
+
+    events: Sequence[Event]
+    calls: Sequence[CallRecord] = ()
+    counters: tuple[int, Usage] | None = None
+
+
 class Ledger:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, events: Events) -> None:
         self._ctx = ctx
+        self._events = events
 
     def start_call(
         self,
@@ -33,13 +49,18 @@ class Ledger:
         arguments: dict[str, JsonValue],
         *,
         owner: str | None = None,
+        prior: Prior | None = None,
     ) -> tuple[LedgerEntry, bool]:
         """Record that a call is about to run (``True``), or return what the ledger
         already holds for it (``False``). ``owner``: only while the run is running under
         this lease (its row held for the statement, so a takeover waits for it or comes
         first), else ``LeaseLostError`` and nothing is recorded: a segment whose run was
         taken over starts no more calls. Its commit is durable: it is what proves, to a
-        redone segment, that the call may have acted."""
+        redone segment, that the call may have acted.
+
+        ``prior``: what the segment has yet to write, written first, in the same statement
+        (one round trip, not two), under the same lease; also when the call was in the
+        ledger already."""
         row: dict[str, Any] = {
             "run_id": uuid.UUID(run_id),
             "call_id": call_id,
@@ -52,6 +73,8 @@ class Ledger:
             "attempts": 1,
             "started_at": self._ctx.now(),
         }
+        if prior is not None and prior.events:
+            return self._start_after(run_id, row, prior, owner)
         params = {f"s_{c}": v for c, v in row.items()} | {"owner": owner}
         guarded = owner is not None
         try:
@@ -68,6 +91,28 @@ class Ledger:
             raise LeaseLostError(
                 f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
             )
+        return to_entry(row, self._ctx.cipher), True
+
+    def _start_after(
+        self, run_id: str, row: dict[str, Any], prior: Prior, owner: str | None
+    ) -> tuple[LedgerEntry, bool]:
+        if owner is None:
+            raise ValueError("a segment's events are written under its lease: give the owner")
+        write = functools.partial(
+            self._events.append_events,
+            run_id,
+            prior.events,
+            counters=prior.counters,
+            calls=prior.calls,
+            owner=owner,
+        )
+        try:
+            write(start={c: v for c, v in row.items() if c != "run_id"})
+        except IntegrityError:  # in the ledger already (a redone segment): what it holds
+            write()
+            existing = self.recorded_call(run_id, row["call_id"])
+            assert existing is not None, "a ledger row is never deleted while its run lives"
+            return existing, False
         return to_entry(row, self._ctx.cipher), True
 
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:

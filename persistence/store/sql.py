@@ -168,6 +168,16 @@ def insert_events(
     return statement
 
 
+def record_start(moved: CTE) -> CTE:
+    """INSERT the ``started`` record of a call (bound as ``s_<column>``) of the run
+    ``moved`` updated: with the events written before the call, in their statement."""
+    columns = list(CALL_COLUMNS[:-1])  # not finished
+    source = select(
+        moved.c.id, *(bindparam(f"s_{c}", type_=CALLS.c[c].type) for c in columns)
+    ).select_from(moved)
+    return insert(CALLS).from_select(["run_id", *columns], source).cte("started")
+
+
 def record_notification(moved: CTE) -> CTE:
     """INSERT the outbox row of the run ``moved`` updated: the PostgreSQL form of
     ``new_notification``."""

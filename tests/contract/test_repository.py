@@ -22,6 +22,7 @@ from persistence.store import (
     BadCursorError,
     Event,
     LeaseLostError,
+    Prior,
     RunStore,
     UnknownRunError,
 )
@@ -559,6 +560,47 @@ def test_a_sealed_decision_is_opened_from_the_claim(engine: Engine) -> None:
     unkeyed = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
     with pytest.raises(StateError):
         unkeyed.decisions.opened(claim.decision)
+
+
+def test_a_call_starts_with_the_events_before_it(repo: RunStore, clock: FakeClock) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    assert repo.transitions.claim(run.id, "w1", LEASE) is not None
+    read = _read("r1", "found", clock)
+    prior = Prior([("llm", {"n": 1}), ("tool", {"n": 2})], [read], (1, Usage(5, 2)))
+    entry, fresh = repo.ledger.start_call(
+        run.id, "c1", "send_email", "write", {"to": "a"}, owner="w1", prior=prior
+    )
+    assert fresh and entry.status is CallStatus.STARTED
+    assert [e.kind for e in repo.events.read(run.id)] == ["llm", "tool"]
+    assert {(e.call_id, e.status) for e in repo.ledger.entries(run.id)} == {
+        ("r1", CallStatus.SUCCEEDED),
+        ("c1", CallStatus.STARTED),
+    }
+    assert repo.runs.require(run.id).usage == Usage(5, 2)
+
+
+def test_a_call_started_after_the_lease_was_lost_writes_nothing(repo: RunStore) -> None:
+    run, _ = repo.runs.create("mailer", "x")
+    assert repo.transitions.claim(run.id, "w1", LEASE) is not None
+    with pytest.raises(LeaseLostError):
+        repo.ledger.start_call(
+            run.id, "c1", "send_email", "write", {}, owner="w2", prior=Prior([("llm", {})])
+        )
+    assert repo.events.read(run.id) == [] and repo.ledger.entries(run.id) == []
+
+
+def test_a_call_in_the_ledger_already_still_gets_the_events_before_it(repo: RunStore) -> None:
+    """A redone segment reaches a call its predecessor started: the ledger's record is
+    returned as it is, and the new segment's events are written all the same."""
+    run, _ = repo.runs.create("mailer", "x")
+    assert repo.transitions.claim(run.id, "w1", LEASE) is not None
+    first, _ = repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "a"}, owner="w1")
+    entry, fresh = repo.ledger.start_call(
+        run.id, "c1", "send_email", "write", {"to": "b"}, owner="w1", prior=Prior([("llm", {})])
+    )
+    assert not fresh and entry == first
+    assert [e.kind for e in repo.events.read(run.id)] == ["llm"]
+    assert len(repo.ledger.entries(run.id)) == 1
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
@@ -361,6 +362,36 @@ def test_a_quick_segment_writes_its_events_with_its_transition(
         assert [statement.split()[0] for statement, _ in sent] == ["UPDATE", "WITH"]
 
 
+def test_an_approved_writes_resume_writes_its_events_with_the_started_record(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume: its claim (with the decision), the events before the write together
+    with the write's ``started`` record, the result, the end: four statements."""
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    service.run_segment(run.id, "w")
+    waiting = service.store.runs.require(run.id)
+    body = DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve")
+    service.record_decision(run.id, body, source="t")
+    with sent_to_postgres(monkeypatch) as sent:
+        assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
+    events = service.store.events.read(run.id)
+    resumed = next(e for e in events if e.kind == "resumed")
+    started = next(e for e in service.store.ledger.entries(run.id) if e.tool == "send_email")
+    assert started.status is CallStatus.SUCCEEDED
+    assert [e.kind for e in events][-4:] == ["resumed", "tool", "llm", "completed"]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # gap-free
+    if engine.dialect.name == "postgresql":
+        assert [statement.split()[0] for statement, _ in sent] == [
+            "UPDATE",  # the claim, its decision with it
+            "WITH",  # the events so far, and the write's started record
+            "UPDATE",  # the write's result
+            "WITH",  # completed, with its events
+        ]
+        flush = sent[1][0]
+        assert "INSERT INTO run_events" in flush and "INSERT INTO tool_calls" in flush
+
+
 def test_the_keeper_writes_only_events_that_have_waited(engine: Engine) -> None:
     """Events younger than the keeper's due time stay with the segment (a quick one
     writes them with its end); once they have waited, they are written."""
@@ -419,7 +450,11 @@ def test_a_read_is_recorded_once_with_its_result_and_replayed(engine: Engine) ->
     def invocation(call_id: str) -> ToolInvocation:
         return ToolInvocation(look, {"q": call_id}, ToolContext(run.id, call_id, "reader", "look"))
 
-    execute = LedgerExecutor(repo, run.id, before=lambda: flushed.append(True))
+    def start(call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]) -> Any:
+        flushed.append(True)
+        raise AssertionError("a read is not started in the ledger")
+
+    execute = LedgerExecutor(repo, run.id, start)
     assert execute(invocation("c1")) == ToolOutcome("found c1")
     assert execute(invocation("c1")) == ToolOutcome("found c1")  # a redelivery: replayed
     assert ran == ["c1"] and flushed == []  # a read acts on nothing: no flush before it
