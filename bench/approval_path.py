@@ -1,23 +1,33 @@
-"""Where an approval's time goes, as users see it: W1 driven over HTTP (``POST /v1/runs``,
-``GET /v1/runs/{id}`` polled every 2 ms, a Standard Webhooks-signed approval) against a
-real API process and a real ``airlock worker -c 2`` on Redis and PostgreSQL.
+"""W1 as users drive it, against the peer in the same run: over HTTP (``POST /v1/runs``,
+``GET /v1/runs/{id}`` polled every 2 ms, a Standard Webhooks-signed approval), a real
+API process and a real ``airlock worker -c 2`` on Redis and PostgreSQL; the peer is
+LangGraph with its PostgreSQL checkpointer (``bench/peer``, installed pinned into its
+own virtualenv on first use), one process, the same PostgreSQL.
 
-    .venv/bin/python -m bench.approval_path [--n 50]
+    .venv/bin/python -m bench.approval_path [--n 150] [--runs 600] [--clients 4] [--rounds 3]
 
-For each approval it splits the time from sending the webhook to the first ``GET``
-that shows ``completed`` into:
+In each of ``--rounds`` rounds: Airlock runs ``n/rounds`` W1 runs one at a time (the
+approval's parts), then ``runs/rounds`` with ``clients`` clients at a time (throughput,
+and the CPU each process spends per run), then the peer runs ``n/rounds`` one at a
+time (per-run times and its throughput). Interleaving puts a slow phase of a shared
+host on both sides alike. The clients use the standard library's ``http.client``
+(``bench/http.py``): on two cores the load generator shares the CPU with the server.
+
+Each approval, from sending the webhook to the first ``GET`` that shows
+``completed``, is split into:
 
 - ``webhook``: the approval request, answered 202 (signature, decision commit, publish);
-- ``to_write``: from the decision's commit to the approved write's ``started`` record
-  (broker delivery, the claim, the checkpoint read, the events written before a write);
+- ``to_start``: from the decision to the approved write's ``started`` record (the
+  publish, the broker's delivery, the claim, the checkpoint read, the statement that
+  writes the events so far with the ``started`` record);
 - ``write``: the write itself (``started`` → ``finished`` in the ledger);
 - ``to_finish``: from the write's result to the run's final transition (the model's
   answer and the transition's commit);
 - ``to_visible``: from that commit to the first poll that shows it.
 
 The points are the ledger's and the run's own timestamps (taken by the worker and
-the API on this machine's clock) and the client's. Prints medians and p95 and appends
-them, with the command, to bench/results/approval_path.jsonl.
+the API on this machine's clock) and the client's. Prints p50/p95/p99, the ratios to
+the peer, and appends them, with the command, to bench/results/approval_path.jsonl.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from bench.http import Client
 from bench.stack import deployment, pct, status, w1_once, w1_waiting
 from tests.integration.harness import Stack, wait_for
 
-PARTS = ("webhook", "to_resume", "to_write", "write", "to_finish", "to_visible")
+PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
 
 
 def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
@@ -59,8 +69,7 @@ def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
     points = _points(stack, run_id)
     return {
         "webhook": answered_at - sent,
-        "to_resume": points["resumed"] - points["decided"],
-        "to_write": points["started"] - points["resumed"],
+        "to_start": points["started"] - points["decided"],
         "write": points["finished"] - points["started"],
         "to_finish": points["completed"] - points["finished"],
         "to_visible": seen - points["completed"],
@@ -71,10 +80,9 @@ def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
 
 def _points(stack: Stack, run_id: str) -> dict[str, float]:
     query = text(
-        "SELECT d.created_at AS decided, e.created_at AS resumed, c.started_at AS started,"
+        "SELECT d.created_at AS decided, c.started_at AS started,"
         " c.finished_at AS finished, r.updated_at AS completed FROM agent_runs r"
         " JOIN decisions d ON d.run_id = r.id"
-        " JOIN run_events e ON e.run_id = r.id AND e.kind = 'resumed'"
         " JOIN tool_calls c ON c.run_id = r.id AND c.tool = 'send_email'"
         " WHERE r.id = :id"
     )

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit
+
+IDLE = 2.0
+"""Seconds after which a kept connection is replaced rather than reused."""
 
 
 class Response:
@@ -30,15 +34,20 @@ class Client:
 
     def __init__(self) -> None:
         self._conn: http.client.HTTPConnection | None = None
+        self._used = 0.0
 
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
         parts = urlsplit(url)
+        if self._conn is not None and time.monotonic() - self._used > IDLE:
+            self.close()  # the server may have closed it (uvicorn keeps an idle one 5 s)
         if self._conn is None:
             self._conn = http.client.HTTPConnection(parts.netloc, timeout=30)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         self._conn.request(method, path, body=body, headers=headers)
         answer = self._conn.getresponse()
-        return Response(answer.status, answer.read())
+        response = Response(answer.status, answer.read())
+        self._used = time.monotonic()
+        return response
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
         return self._send("GET", url, None, dict(headers or {}))

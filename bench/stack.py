@@ -69,7 +69,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     ).start()
     stack.processes.append(api)
     base = f"http://127.0.0.1:{port}"
-    wait_for("the API", lambda: _up(base), timeout=30)
+    wait_for("the API", lambda: up(base), timeout=30)
     worker = stack.worker(concurrency=2)
     try:
         yield stack, base, worker
@@ -77,7 +77,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
         stack.close()
 
 
-def _up(base: str) -> bool:
+def up(base: str) -> bool:
     try:
         return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:

@@ -376,7 +376,6 @@ def test_an_approved_writes_resume_writes_its_events_with_the_started_record(
     with sent_to_postgres(monkeypatch) as sent:
         assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
     events = service.store.events.read(run.id)
-    resumed = next(e for e in events if e.kind == "resumed")
     started = next(e for e in service.store.ledger.entries(run.id) if e.tool == "send_email")
     assert started.status is CallStatus.SUCCEEDED
     assert [e.kind for e in events][-4:] == ["resumed", "tool", "llm", "completed"]

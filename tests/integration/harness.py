@@ -54,11 +54,14 @@ def free_port() -> int:
 class Process:
     """A child process in its own process group, logging to a file."""
 
-    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.argv = argv
         self.env = dict(env)
         self.log = log
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
@@ -66,7 +69,7 @@ class Process:
             self.proc = subprocess.Popen(
                 self.argv,
                 env=self.env,
-                cwd=ROOT,
+                cwd=self.cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -1,0 +1,120 @@
+"""The approval path of this checkout against another one (an older commit, say),
+paired: two deployments side by side (API + ``worker -c 2`` each, on their own
+PostgreSQL database and Redis db number), W1 approvals alternated one by one, so
+that a slow phase of the host falls on both alike. What ``bench.approval_path``
+measures, as a ratio of this checkout to the other.
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python -m bench.paired /tmp/before [--n 100]
+
+Both run in this virtualenv (the other checkout's code, this one's packages). Prints
+each part's median and the ratio, and appends them, with the command, to
+bench/results/paired.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+from bench.approval_path import PARTS, one_approval
+from bench.common import progress, record, temporary_database
+from bench.http import Client
+from bench.stack import up
+from tests.api.conftest import SECRET, TOKEN
+from tests.integration.harness import (
+    ROOT,
+    Process,
+    Stack,
+    airlock_env,
+    free_port,
+    wait_for,
+    wait_ready,
+)
+
+
+@contextmanager
+def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
+    """The API and a worker of the checkout at ``root``."""
+    broker = f"redis://127.0.0.1:6379/{redis_db}"
+    redis.Redis.from_url(broker).flushdb()
+    tmp = Path(tempfile.mkdtemp(prefix="airlock-paired-"))
+    with temporary_database() as url:
+        config = {
+            "AIRLOCK_DATABASE_URL": url,
+            "AIRLOCK_BROKER_URL": broker,
+            "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+            "AIRLOCK_HOME": str(tmp / "home"),
+            "AIRLOCK_WEBHOOK_SECRET": SECRET,
+            "AIRLOCK_API_TOKEN": TOKEN,
+        }
+        stack = Stack(config, tmp)
+        env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
+        port = free_port()
+        api = [sys.executable, "-m", "workers.cli", "api", "--port", str(port)]
+        worker = [
+            sys.executable, "-m", "celery", "-A", "workers", "worker", "-l", "info", "-c", "2",
+            "-n", f"paired{redis_db}@%h", "--without-gossip", "--without-mingle",
+        ]  # fmt: skip
+        try:
+            stack.processes.append(Process("api", api, env, tmp / "api.log", root).start())
+            base = f"http://127.0.0.1:{port}"
+            wait_for("the API", lambda: up(base), timeout=30)
+            stack.processes.append(Process("w1", worker, env, tmp / "w1.log", root).start())
+            wait_ready(stack.processes[-1])
+            yield stack, base
+        finally:
+            stack.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path, help="the other checkout")
+    parser.add_argument("--n", type=int, default=100)
+    args = parser.parse_args()
+    other = args.other.resolve()
+    revs = {
+        name: subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()
+        for name, root in (("this", ROOT), ("other", other))
+    }  # fmt: skip
+    samples: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
+    with (
+        deployment(other, 13) as (other_stack, other_base),
+        deployment(ROOT, 14) as (this_stack, this_base),
+        Client() as other_client,
+        Client() as this_client,
+    ):
+        sides = [
+            ("other", other_stack, other_client, other_base),
+            ("this", this_stack, this_client, this_base),
+        ]
+        for _, stack, client, base in sides:
+            for _ in range(5):
+                one_approval(stack, client, base)  # warm up
+        progress(f"{args.n} approvals on each, alternated…")
+        for i in range(args.n):
+            for name, stack, client, base in sides if i % 2 else sides[::-1]:
+                samples[name].append(one_approval(stack, client, base))
+    result: dict[str, dict[str, float]] = {}
+    for part in (*PARTS, "total", "create"):
+        this = statistics.median(s[part] for s in samples["this"]) * 1000
+        that = statistics.median(s[part] for s in samples["other"]) * 1000
+        result[part] = {"this_ms": round(this, 2), "other_ms": round(that, 2)}
+        result[part]["ratio"] = round(this / that, 2) if that > 0 else float("nan")
+        print(f"{part:>10}: this {this:6.2f}  other {that:6.2f}  ratio {this / that:5.2f}")
+    record("paired", f"paired {args.other} --n {args.n}", result, n=args.n, revs=revs)
+
+
+if __name__ == "__main__":
+    main()
