@@ -7,10 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
 
+import kombu.exceptions
 import pytest
 import redis
 from celery import Celery
@@ -63,21 +65,35 @@ def test_a_dropped_connection_is_replaced(celery: Celery, shared_redis: str) -> 
     assert [m["body"][0] for m in queued(shared_redis)] == [["before"], ["after"]]
 
 
-def test_a_failed_publish_is_tried_once_more_on_a_new_connection(
+def test_a_failed_publish_goes_celerys_own_way(
     celery: Celery, shared_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     publish = Publisher(celery)
     publish(RUN_SEGMENT, ("first",))
     failing = publish._local.producer
     monkeypatch.setattr(failing, "publish", _raise(ConnectionResetError("reset by peer")))
-    publish(RUN_SEGMENT, ("second",))
+    task_id = publish(RUN_SEGMENT, ("second",))  # through send_task, the same task id
+    publish(RUN_SEGMENT, ("third",))  # on a new producer
     assert publish._local.producer is not failing
-    assert [m["body"][0] for m in queued(shared_redis)] == [["first"], ["second"]]
-    # both attempts failing: the caller hears of it (the run waits for the sweeper)
-    monkeypatch.setattr(Publisher, "_publish", _raise(ConnectionRefusedError("down")))
+    messages = queued(shared_redis)
+    assert [m["body"][0] for m in messages] == [["first"], ["second"], ["third"]]
+    assert messages[1]["headers"]["id"] == task_id
+    # both ways failing: the caller hears of it (the run waits for the sweeper)
+    monkeypatch.setattr(Publisher, "_producer", _raise(ConnectionRefusedError("down")))
+    monkeypatch.setattr(celery, "send_task", _raise(ConnectionRefusedError("down")))
     with pytest.raises(ConnectionRefusedError):
-        publish(RUN_SEGMENT, ("third",))
-    assert len(queued(shared_redis)) == 2
+        publish(RUN_SEGMENT, ("fourth",))
+    assert len(queued(shared_redis)) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_that_is_down_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    celery = make_app(Settings(broker_url=f"redis://127.0.0.1:{port}/0", home=tmp_path))
+    with pytest.raises(kombu.exceptions.OperationalError):
+        Publisher(celery)(RUN_SEGMENT, ("run",))
 
 
 def _raise(exc: Exception) -> Any:
