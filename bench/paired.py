@@ -28,8 +28,7 @@ import redis
 from bench.approval_path import PARTS, one_approval
 from bench.common import progress, record, temporary_database
 from bench.http import Client
-from bench.stack import up
-from tests.api.conftest import SECRET, TOKEN
+from bench.stack import bench_config, up
 from tests.integration.harness import (
     ROOT,
     Process,
@@ -48,14 +47,7 @@ def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
     redis.Redis.from_url(broker).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-paired-"))
     with temporary_database() as url:
-        config = {
-            "AIRLOCK_DATABASE_URL": url,
-            "AIRLOCK_BROKER_URL": broker,
-            "AIRLOCK_AGENTS": "bench.agents:AGENTS",
-            "AIRLOCK_HOME": str(tmp / "home"),
-            "AIRLOCK_WEBHOOK_SECRET": SECRET,
-            "AIRLOCK_API_TOKEN": TOKEN,
-        }
+        config = bench_config(url, broker, tmp)
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
         port = free_port()

@@ -40,21 +40,24 @@ API_OPTIONS: list[str] = []
 AnyClient = httpx.Client | bench.http.Client
 
 
+def bench_config(database: str, broker: str, tmp: Path) -> dict[str, str]:
+    """A deployment's settings: the benchmarks' agents, a webhook secret and a token."""
+    return {
+        "AIRLOCK_DATABASE_URL": database,
+        "AIRLOCK_BROKER_URL": broker,
+        "AIRLOCK_AGENTS": "bench.agents:AGENTS",
+        "AIRLOCK_HOME": str(tmp / "home"),
+        "AIRLOCK_WEBHOOK_SECRET": SECRET,
+        "AIRLOCK_API_TOKEN": TOKEN,
+    }
+
+
 @contextmanager
 def deployment() -> Iterator[tuple[Stack, str, Process]]:
     redis.Redis.from_url(REDIS).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
-    with temporary_database() as url:
-        config = {
-            "AIRLOCK_DATABASE_URL": url,
-            "AIRLOCK_BROKER_URL": REDIS,
-            "AIRLOCK_AGENTS": "bench.agents:AGENTS",
-            "AIRLOCK_HOME": str(tmp / "home"),
-            "AIRLOCK_WEBHOOK_SECRET": SECRET,
-            "AIRLOCK_API_TOKEN": TOKEN,
-        }
-        with _processes(config, tmp) as running:
-            yield running
+    with temporary_database() as url, _processes(bench_config(url, REDIS, tmp), tmp) as running:
+        yield running
 
 
 @contextmanager
