@@ -161,7 +161,11 @@ class Ledger:
         """The run's ledger, in the order its calls started."""
         with self._ctx.conns.one() as s:
             rows = s.execute(
-                select(CALLS).where(CALLS.c.run_id == uuid.UUID(run_id)).order_by(CALLS.c.id)
+                select(CALLS)
+                .where(CALLS.c.run_id == uuid.UUID(run_id))
+                # a write's started record and the reads before it share a statement,
+                # which numbers its rows in no set order: the clock orders them
+                .order_by(CALLS.c.started_at, CALLS.c.id)
             ).mappings()
             return [to_entry(r, self._ctx.cipher) for r in rows]
 
