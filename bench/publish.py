@@ -21,7 +21,8 @@ from pathlib import Path
 import redis
 
 from bench.common import REDIS, progress, record
-from workers.celery_app import QUEUE, RUN_SEGMENT, Publisher, make_app
+from workers.celery_app import QUEUE, RUN_SEGMENT, make_app
+from workers.publisher import Publisher
 from workers.settings import Settings
 
 
@@ -42,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
     celery = make_app(Settings(broker_url=REDIS, home=home))
-    publisher = Publisher(celery)
+    publisher = Publisher(celery, QUEUE)
     ways: dict[str, Callable[[], object]] = {
         "send_task": lambda: celery.send_task(RUN_SEGMENT, ("run",)),
         "publisher": lambda: publisher(RUN_SEGMENT, ("run",)),

@@ -7,11 +7,9 @@ message is a no-op, and the beat sweeper re-sends what a broker dropped.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,12 +17,10 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
-from celery.utils import uuid
-from kombu import Producer
-from kombu.common import maybe_declare
 
 from workers import embedded_broker, metrics
 from workers.notify import deliver_due
+from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
 from workers.settings import Settings, settings
 
@@ -105,87 +101,7 @@ def service() -> Service:
     return _provided[0][0]()
 
 
-class Publisher:
-    """Publishes a task message as ``apply_async`` does (Celery's own protocol-2 message,
-    from ``app.amqp.as_task_v2``, through kombu's ``Producer`` to the default queue),
-    on a producer each thread keeps. ``apply_async`` acquires a producer from the pool,
-    merges the routing options, declares the queue and wraps the publish in a retry
-    for every message: about 0.5 ms more per wake-up here, on the path from an
-    approval to its resume (bench.publish, bench.approval_path). A publish that fails
-    (a stale connection, a broker that restarts) drops the thread's producer, whose
-    connection is tried once and at once, and goes Celery's own way (``send_task``, with
-    its retry policy: a broker that is down costs what it cost before, ~0.6 s). If that
-    fails too, the error is the caller's: the run waits in the database, and the
-    sweeper re-sends its wake-up."""
-
-    def __init__(self, celery: Celery, queue: str = QUEUE) -> None:
-        self._celery = celery
-        self._queue = queue
-        self._local = threading.local()
-        os.register_at_fork(after_in_child=self._reset)
-
-    def __call__(self, name: str, args: tuple[Any, ...]) -> str:
-        """Publish task ``name`` with ``args``; returns the task's id."""
-        task_id = uuid()
-        message = self._celery.amqp.as_task_v2(
-            task_id, name, args, {}, ignore_result=True, argsrepr=repr(args), kwargsrepr="{}"
-        )
-        try:
-            self._producer().publish(
-                message.body,
-                exchange="",
-                routing_key=self._queue,
-                serializer="json",
-                delivery_mode=2,
-                headers=message.headers,
-                retry=False,
-                **message.properties,
-            )
-        except Exception as exc:
-            self._forget()
-            log.info(
-                "publish failed; publishing through Celery's pool",
-                extra={"action": "broker.republish", "error": type(exc).__name__},
-            )
-            # the same task id: were the first one delivered after all, its duplicate
-            # is a wake-up that finds nothing to claim
-            self._celery.send_task(name, args, task_id=task_id, ignore_result=True)
-        return task_id
-
-    def _producer(self) -> Producer:
-        producer: Producer | None = getattr(self._local, "producer", None)
-        if producer is not None:
-            return producer
-        connection = self._celery.connection_for_write()
-        try:
-            connection.ensure_connection(max_retries=0)  # a broker that is down: at once
-            channel = connection.default_channel
-            maybe_declare(self._celery.amqp.queues[self._queue], channel)
-        except Exception:
-            connection.release()
-            raise
-        producer = self._local.producer = Producer(channel, auto_declare=False)
-        self._local.connection = connection
-        return producer
-
-    def _reset(self) -> None:
-        """In a forked child: drop, never close, the parent's connections (closing would
-        shut the socket the parent still uses)."""
-        self._local = threading.local()
-
-    def _forget(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        self._local.__dict__.clear()
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.release()
-
-    def close(self) -> None:
-        """Release this thread's connection."""
-        self._forget()
-
-
-publish = Publisher(app)
+publish = Publisher(app, QUEUE)
 
 
 def enqueue_segment(run_id: str, delay: float | None = None) -> None:

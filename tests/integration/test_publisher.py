@@ -17,7 +17,8 @@ import pytest
 import redis
 from celery import Celery
 
-from workers.celery_app import QUEUE, RUN_SEGMENT, Publisher, make_app
+from workers.celery_app import QUEUE, RUN_SEGMENT, make_app
+from workers.publisher import Publisher
 from workers.settings import Settings
 
 
@@ -39,7 +40,7 @@ def queued(url: str) -> list[dict[str, Any]]:
 
 
 def test_a_wake_up_is_the_message_celery_publishes(celery: Celery, shared_redis: str) -> None:
-    task_id = Publisher(celery)(RUN_SEGMENT, ("run-1",))
+    task_id = Publisher(celery, QUEUE)(RUN_SEGMENT, ("run-1",))
     celery.send_task(RUN_SEGMENT, ("run-2",))
     ours, celerys = queued(shared_redis)
     assert ours["headers"]["id"] == task_id
@@ -55,7 +56,7 @@ def test_a_wake_up_is_the_message_celery_publishes(celery: Celery, shared_redis:
 
 
 def test_a_dropped_connection_is_replaced(celery: Celery, shared_redis: str) -> None:
-    publish = Publisher(celery)
+    publish = Publisher(celery, QUEUE)
     publish(RUN_SEGMENT, ("before",))
     admin = redis.Redis.from_url(shared_redis)
     killed = admin.client_kill_filter(_type="normal", skipme=True)
@@ -68,7 +69,7 @@ def test_a_dropped_connection_is_replaced(celery: Celery, shared_redis: str) -> 
 def test_a_failed_publish_goes_celerys_own_way(
     celery: Celery, shared_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    publish = Publisher(celery)
+    publish = Publisher(celery, QUEUE)
     publish(RUN_SEGMENT, ("first",))
     failing = publish._local.producer
     monkeypatch.setattr(failing, "publish", _raise(ConnectionResetError("reset by peer")))
@@ -93,7 +94,7 @@ def test_a_broker_that_is_down_is_an_error_not_a_hang(tmp_path: Path) -> None:
         port = closed.getsockname()[1]
     celery = make_app(Settings(broker_url=f"redis://127.0.0.1:{port}/0", home=tmp_path))
     with pytest.raises(kombu.exceptions.OperationalError):
-        Publisher(celery)(RUN_SEGMENT, ("run",))
+        Publisher(celery, QUEUE)(RUN_SEGMENT, ("run",))
 
 
 def _raise(exc: Exception) -> Any:
@@ -104,7 +105,7 @@ def _raise(exc: Exception) -> Any:
 
 
 def test_a_forked_child_publishes_on_its_own_connection(celery: Celery, shared_redis: str) -> None:
-    publish = Publisher(celery)
+    publish = Publisher(celery, QUEUE)
     publish(RUN_SEGMENT, ("parent",))
     parents = publish._local.connection
     with warnings.catch_warnings():
