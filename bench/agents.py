@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from loop import Agent, Approve, Effect, ScriptedModel, tool
 
 
@@ -61,3 +63,8 @@ MAILER = Agent(
     tools=[send_mail],
     model=ScriptedModel([{"content": "unused"}, {"content": "done"}]),
 )
+
+if os.environ.get("BENCH_TRACE"):  # bench.approval_path's timing trace
+    from bench import trace
+
+    trace.install()

@@ -33,13 +33,16 @@ the peer, and appends them, with the command, to bench/results/approval_path.jso
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -48,9 +51,14 @@ from bench import peer
 from bench.common import CpuMeter, Proc, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import deployment, pct, status, w1_once, w1_waiting
+from bench.trace import VARIABLE, Trace
 from tests.integration.harness import Stack, wait_for
 
 PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
+TRACED = ("decided", "published", "received", "task", "claimed")
+"""``to_start``'s points, traced by the deployment's processes (bench.trace)."""
+STEPS = tuple(f"{a}→{b}" for a, b in itertools.pairwise(("sent", *TRACED, "started")))
+TRACE: Trace | None = None
 
 
 def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
@@ -67,7 +75,7 @@ def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
     )
     seen = time.time()
     points = _points(stack, run_id)
-    return {
+    parts = {
         "webhook": answered_at - sent,
         "to_start": points["started"] - points["decided"],
         "write": points["finished"] - points["started"],
@@ -76,6 +84,12 @@ def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
         "total": seen - sent,
         "create": seen - created,
     }
+    traced = TRACE.points(run_id) if TRACE is not None else {}
+    if all(p in traced for p in TRACED):  # the deployment traces its points
+        at = {"sent": sent, **traced, "started": points["started"]}
+        steps = ("sent", *TRACED, "started")
+        parts |= {f"{a}→{b}": at[b] - at[a] for a, b in itertools.pairwise(steps)}
+    return parts
 
 
 def _points(stack: Stack, run_id: str) -> dict[str, float]:
@@ -183,14 +197,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=600, help="Airlock's runs for throughput")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    global TRACE  # noqa: PLW0603 - the deployment's processes append to it
+    trace = Path(tempfile.mkdtemp(prefix="airlock-trace-")) / "trace.txt"
+    os.environ[VARIABLE] = str(trace)
+    TRACE = Trace(trace)
     t = measure(args.rounds, args.n, args.clients, args.runs)
     rate = t.airlock_runs / t.airlock_wall
     peer_rate = len(t.peer_create) / t.peer_wall
     parts = {part: ms([s[part] for s in t.samples]) for part in (*PARTS, "total")}
+    steps = {
+        step: ms(times) for step in STEPS if (times := [s[step] for s in t.samples if step in s])
+    }
     peer_approve = ms(t.peer_approve)
     result: dict[str, Any] = {
         "airlock": {
             "parts": parts,
+            "to_start_steps": steps,
             "create_to_completed": ms([s["create"] for s in t.samples]),
             "runs_per_s": round(rate, 1),
             "clients": args.clients,
@@ -211,6 +233,9 @@ def main() -> None:
         print(
             f"{part:>12}: p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms"
         )
+    print("to_start, step by step (bench.trace):")
+    for step, at in steps.items():
+        print(f"  {step:>20}: p50 {at['p50_ms']:7.2f}  p95 {at['p95_ms']:7.2f} ms")
     print(f"approve → completed, Airlock / peer (p50): {result['approve_ratio_p50']}x")
     print(
         f"throughput: Airlock {rate:.1f} runs/s ({args.clients} clients, worker -c 2)"

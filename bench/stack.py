@@ -73,7 +73,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     stack.processes.append(api)
     base = f"http://127.0.0.1:{port}"
     wait_for("the API", lambda: up(base), timeout=30)
-    worker = stack.worker(concurrency=2)
+    worker = stack.worker(concurrency=2, include=["bench.trace"])
     try:
         yield stack, base, worker
     finally:

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -112,12 +112,20 @@ def airlock_env(config: Mapping[str, str], outbox: Path) -> dict[str, str]:
 
 
 def celery_worker(
-    config: Mapping[str, str], outbox: Path, log: Path, name: str = "w1", concurrency: int = 2
+    config: Mapping[str, str],
+    outbox: Path,
+    log: Path,
+    name: str = "w1",
+    concurrency: int = 2,
+    *,
+    include: Sequence[str] = (),
 ) -> Process:
     argv = [
         sys.executable, "-m", "celery", "-A", "workers", "worker", "-l", "info",
         "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
+    if include:  # modules the worker imports as it starts (``celery worker --include``)
+        argv += ["--include", ",".join(include)]
     return Process(name, argv, airlock_env(config, outbox), log)
 
 
@@ -153,11 +161,12 @@ class Stack:
     def enqueue(self, run_id: str, delay: float | None = None) -> None:
         self.celery.send_task(RUN_SEGMENT, (run_id,), countdown=delay)
 
-    def worker(self, concurrency: int = 2) -> Process:
+    def worker(self, concurrency: int = 2, include: Sequence[str] = ()) -> Process:
         self._workers += 1
         name = f"w{self._workers}"
+        log = self.tmp / f"{name}.log"
         worker = celery_worker(
-            self.config, self.outbox, self.tmp / f"{name}.log", name, concurrency
+            self.config, self.outbox, log, name, concurrency, include=include
         ).start()
         self.processes.append(worker)
         wait_ready(worker)
