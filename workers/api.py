@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from standardwebhooks import Webhook
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -25,7 +25,7 @@ from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, gate_of, token_
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
 from workers.service import ConflictError, Service
 from workers.settings import Settings
-from workers.views import event_view, run_view
+from workers.views import EventPage, RunPage, RunView, event_view, run_view
 
 log = logging.getLogger("airlock")
 
@@ -80,6 +80,12 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
         return problem_response(exc.status_code, str(exc.detail), str(exc.detail))
 
 
+def doc(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI's description of what a route answers: the handlers send their JSON as
+    they built it, so FastAPI documents no model of its own."""
+    return {status: {"model": model} for status in statuses or (200,)}
+
+
 def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
     async def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
         if not config.api_token:
@@ -94,14 +100,14 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
     def view(run: Run, status: int = 200) -> SafeJSONResponse:
         return SafeJSONResponse(run_view(service, run), status)
 
-    @app.post("/v1/runs", status_code=201, dependencies=auth)
+    @app.post("/v1/runs", status_code=201, dependencies=auth, responses=doc(RunView, 201, 200))
     def create_run(body: CreateRun) -> SafeJSONResponse:
         run, created = service.start_run(
             body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
         )
         return view(run, 201 if created else 200)
 
-    @app.get("/v1/runs", dependencies=auth)
+    @app.get("/v1/runs", dependencies=auth, responses=doc(RunPage))
     def list_runs(
         status: RunStatus | None = None,
         agent: str | None = None,
@@ -112,11 +118,11 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         runs: list[JsonValue] = [run_view(service, r) for r in page.runs]
         return SafeJSONResponse({"runs": runs, "next_cursor": page.next_cursor})
 
-    @app.get("/v1/runs/{run_id}", dependencies=auth)
+    @app.get("/v1/runs/{run_id}", dependencies=auth, responses=doc(RunView))
     def get_run(run_id: str) -> SafeJSONResponse:
         return view(service.get_run(run_id))
 
-    @app.get("/v1/runs/{run_id}/events", dependencies=auth)
+    @app.get("/v1/runs/{run_id}/events", dependencies=auth, responses=doc(EventPage))
     def run_events(
         run_id: str,
         after: Annotated[int, Query(ge=0)] = 0,
@@ -127,11 +133,13 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         ]
         return SafeJSONResponse({"events": events})
 
-    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
+    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth, responses=doc(RunView))
     def cancel(run_id: str) -> SafeJSONResponse:
         return view(service.cancel(run_id, by="api"))
 
-    @app.post("/v1/runs/{run_id}/retry", status_code=202, dependencies=auth)
+    @app.post(
+        "/v1/runs/{run_id}/retry", status_code=202, dependencies=auth, responses=doc(RunView, 202)
+    )
     def retry(run_id: str) -> SafeJSONResponse:
         return view(service.retry(run_id, by="api"), 202)
 

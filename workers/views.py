@@ -4,11 +4,78 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import JsonValue
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from loop import Approve, Deny, PendingCall, StateError
 from persistence.domain import Run, RunEvent
 from workers.service import Service
+
+
+class UsageView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class PendingCallView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str
+    arguments: dict[str, JsonValue]
+    effect: str
+    requires_approval: bool
+    verdict: str
+    """``asks``, ``approved_by_policy``, ``denied_by_policy``, or why no person is asked."""
+    policy_reason: str | None
+
+
+class PendingView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turn_digest: str | None
+    calls: list[PendingCallView]
+    suspended_at: str | None
+    expires_at: str | None
+    error: str | None = None
+    """Set when the checkpoint cannot be read (its calls are then empty)."""
+
+
+class RunView(BaseModel):
+    """The run view (``GET /v1/runs/{id}``), for the OpenAPI document: the handlers build
+    it with ``run_view`` and send it as it is, unvalidated (a test holds the two to
+    each other)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    agent: str
+    status: str
+    termination: str | None
+    iterations: int
+    usage: UsageView
+    output: str | None
+    error: str | None
+    metadata: dict[str, JsonValue]
+    created_at: str | None
+    updated_at: str | None
+    pending: PendingView | None
+
+
+class RunPage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    runs: list[RunView]
+    next_cursor: str | None
+
+
+class EventView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seq: int
+    kind: str
+    payload: dict[str, JsonValue]
+    created_at: str | None
+
+
+class EventPage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    events: list[EventView]
 
 
 def iso(value: datetime | None) -> str | None:

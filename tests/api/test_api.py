@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import OLD_SECRET, SECRET, Api
+from workers.views import EventPage, RunPage, RunView
 
 
 def snapshot(api: Api, run_id: str) -> tuple[Any, ...]:
@@ -317,6 +318,28 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
     assert "airlock_oldest_waiting_approval_seconds" in metrics
     spec = api.client.get("/openapi.json").json()
     assert "/v1/runs/{run_id}/approval" in spec["paths"]
+
+
+def test_the_openapi_document_describes_the_views_the_api_sends(api: Api) -> None:
+    """The handlers send their JSON unvalidated; the models that document it must
+    hold what is sent (each forbids fields it does not name)."""
+    spec = api.client.get("/openapi.json").json()
+    one = spec["paths"]["/v1/runs/{run_id}"]["get"]["responses"]["200"]
+    assert one["content"]["application/json"]["schema"]["$ref"].endswith("/RunView")
+    assert "pending" in spec["components"]["schemas"]["RunView"]["properties"]
+    created = spec["paths"]["/v1/runs"]["post"]["responses"]
+    assert {"200", "201"} <= set(created)
+    waiting = api.waiting()
+    RunView.model_validate(waiting)
+    assert waiting["pending"]["calls"]
+    assert api.approve(waiting["id"], approval(waiting)).status_code == 202
+    api.segment(waiting["id"])
+    done = api.run(waiting["id"])
+    assert RunView.model_validate(done).status == "completed"
+    headers = api.headers()
+    RunPage.model_validate(api.client.get("/v1/runs", headers=headers).json())
+    events = api.client.get(f"/v1/runs/{done['id']}/events", headers=headers).json()
+    assert EventPage.model_validate(events).events
 
 
 def test_scrapes_count_runs_in_the_database_at_most_every_few_seconds(
