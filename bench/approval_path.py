@@ -39,7 +39,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +49,7 @@ from sqlalchemy import text
 from bench import peer
 from bench.common import CpuMeter, Proc, progress, record, temporary_database
 from bench.http import Client
-from bench.stack import deployment, pct, status, w1_once, w1_waiting
+from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
 from tests.integration.harness import Stack, wait_for
 
@@ -107,20 +106,6 @@ def _points(stack: Stack, run_id: str) -> dict[str, float]:
 
 def _epoch(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-
-
-def throughput(base: str, clients: int, runs: int) -> float:
-    """W1 runs per second, create → completed, with ``clients`` clients at a time, each
-    on its own connection driving runs one after another."""
-    each = runs // clients
-    connections = [Client() for _ in range(clients)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(lambda c: [w1_once(c, base) for _ in range(each)], connections))
-    elapsed = time.perf_counter() - started
-    for c in connections:
-        c.close()
-    return clients * each / elapsed
 
 
 def cpu_groups(stack: Stack) -> dict[str, Callable[[Proc], bool]]:

@@ -90,7 +90,3 @@ class Publisher:
         if connection is not None:
             with contextlib.suppress(Exception):
                 connection.release()
-
-    def close(self) -> None:
-        """Release this thread's connection."""
-        self._forget()

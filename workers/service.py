@@ -372,8 +372,10 @@ class Service:
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         """The run's audit stream. Raises ``UnknownRunError``."""
-        self.get_run(run_id)
-        return self.store.events.read(run_id, after=after, limit=limit)
+        events = self.store.events.read(run_id, after=after, limit=limit)
+        if not events:  # none after ``after``, or no such run: only then is the run read
+            self.get_run(run_id)
+        return events
 
     def stats(self, *, finished_within: Sequence[int] = (5, 15, 60)) -> Stats:
         """The store's figures, for ``airlock stats`` and ``/metrics``."""

@@ -138,6 +138,10 @@ def test_events_tell_the_story(api: Api) -> None:
         f"/v1/runs/{view['id']}/events", params={"after": 3}, headers=api.headers()
     ).json()["events"]
     assert [e["seq"] for e in later] == [4, 5]
+    past_the_end = api.client.get(
+        f"/v1/runs/{view['id']}/events", params={"after": 5}, headers=api.headers()
+    )
+    assert past_the_end.status_code == 200 and past_the_end.json()["events"] == []
 
 
 def test_cancel_and_retry(api: Api) -> None:
