@@ -44,6 +44,9 @@ from bench.common import REDIS, CpuMeter, Proc, progress, record, temporary_data
 from persistence.domain import RunStatus
 from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
 from workers.decisions import DecisionBody
+from workers.principals import Principal
+
+OPERATOR = Principal.trusted("test")
 
 
 class Timing(NamedTuple):
@@ -258,7 +261,7 @@ def measure_latency(stack: Stack, m: int) -> list[float]:
         waiting = stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
         body = DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve")
         start = time.perf_counter()
-        stack.service.record_decision(run.id, body, source="bench")
+        stack.service.record_decision(run.id, body, OPERATOR)
         stack.wait_status(run.id, RunStatus.COMPLETED, interval=0.002)
         out.append(time.perf_counter() - start)
     return out

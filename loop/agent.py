@@ -13,7 +13,7 @@ from loop.canonical import sha256_hex
 from loop.decisions import PolicyVerdict
 from loop.messages import JsonObject
 from loop.model import Model
-from loop.tools import Tool
+from loop.tools import Tool, approval_rule
 
 ApprovalPolicy = Callable[[Tool, JsonObject], PolicyVerdict]
 """Given a gated call (tool, validated arguments): ``Approve()``, ``Deny(reason)`` or ``Ask()``."""
@@ -35,6 +35,10 @@ class Agent:
     approval_policy: ApprovalPolicy | None = None
     approval_ttl: timedelta | None = None
     on_expiry: ExpiryAction = ExpiryAction.DENY
+    approvers: Sequence[str] = ()
+    """The roles that may decide calls of its tools that name none of their own."""
+    self_approval: bool = False
+    """Whether a run's requester may decide its calls (by default they may not)."""
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -48,10 +52,20 @@ class Agent:
                 raise ValueError(f"agent {self.name!r}: two tools are named {t.name!r}")
             by_name[t.name] = t
         object.__setattr__(self, "tools", tuple(self.tools))
+        roles, _ = approval_rule(f"agent {self.name!r}", self.approvers, 1)
+        object.__setattr__(self, "approvers", roles)
         object.__setattr__(self, "_by_name", by_name)
 
     def tool(self, name: str) -> Tool | None:
         return self._by_name.get(name)
+
+    def approval_of(self, name: str) -> tuple[tuple[str, ...], int]:
+        """Who may decide a call of tool ``name`` (roles; none: anyone), and how many
+        distinct principals must approve it."""
+        found = self._by_name.get(name)
+        if found is None:
+            return tuple(self.approvers), 1
+        return found.approvers or tuple(self.approvers), found.quorum
 
     @property
     def tool_names(self) -> tuple[str, ...]:

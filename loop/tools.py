@@ -6,7 +6,7 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, get_type_hints, overload
@@ -62,12 +62,18 @@ class Tool:
     ``description``, ``effect``, an ``arguments`` pydantic model and
     ``invoke(arguments, ctx)`` (or ``run(**arguments)``); or decorate a function
     with :func:`tool`.
+
+    ``approvers``: the roles that may decide its calls (none: any approver, or the
+    agent's ``approvers``). ``quorum``: how many distinct principals must approve a
+    call before it runs (a deny by any one of them ends the turn at once).
     """
 
     name: str = ""
     description: str = ""
     effect: Effect = Effect.READ
     arguments: type[BaseModel] = AnyArguments
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,6 +81,7 @@ class Tool:
             cls.name = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
         if not cls.__dict__.get("description") and cls.__doc__:
             cls.description = inspect.cleandoc(cls.__doc__)
+        cls.approvers, cls.quorum = approval_rule(f"tool {cls.name!r}", cls.approvers, cls.quorum)
 
     def invoke(self, arguments: JsonObject, ctx: ToolContext) -> JsonValue:
         run = getattr(self, "run", None)
@@ -102,6 +109,19 @@ def _json_schema(arguments: type[BaseModel]) -> JsonObject:
     read it, do not change it."""
     schema: JsonObject = arguments.model_json_schema()
     return schema
+
+
+def approval_rule(owner: str, approvers: Sequence[str], quorum: int) -> tuple[tuple[str, ...], int]:
+    """``approvers`` and ``quorum`` of a tool (or agent), checked: raises ``ValueError``
+    naming ``owner`` when they make no sense."""
+    if isinstance(approvers, str):
+        raise ValueError(f"{owner}: approvers must be a list of roles, not one string")
+    roles = tuple(approvers)
+    if any(not isinstance(r, str) or not r.strip() for r in roles):
+        raise ValueError(f"{owner}: every approver role must be a non-empty string")
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        raise ValueError(f"{owner}: quorum must be a whole number of at least 1")
+    return roles, quorum
 
 
 def requires_approval(tool: Tool) -> bool:
@@ -135,11 +155,14 @@ class FunctionTool(Tool):
         name: str | None,
         description: str | None,
         effect: Effect,
+        approvers: Sequence[str] = (),
+        quorum: int = 1,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.description = description or inspect.getdoc(fn) or ""
         self.effect = effect
+        self.approvers, self.quorum = approval_rule(f"tool {self.name!r}", approvers, quorum)
         self._ctx_params, self.arguments = _arguments_model(fn, self.name)
 
     def invoke(self, arguments: JsonObject, ctx: ToolContext) -> JsonValue:
@@ -171,7 +194,12 @@ def tool(fn: ToolFunction, /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, effect: Effect = Effect.READ
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = Effect.READ,
+    approvers: Sequence[str] = (),
+    quorum: int = 1,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -182,13 +210,24 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     effect: Effect = Effect.READ,
+    approvers: Sequence[str] = (),
+    quorum: int = 1,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its type hints become the JSON schema.
 
     A parameter annotated ``ToolContext`` is injected and never shown to the model.
+    ``approvers`` and ``quorum``: who may approve its calls, and how many must (see
+    :class:`Tool`).
     """
 
     def wrap(f: ToolFunction) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, effect=effect)
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            effect=effect,
+            approvers=approvers,
+            quorum=quorum,
+        )
 
     return wrap(fn) if fn is not None else wrap

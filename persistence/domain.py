@@ -59,6 +59,7 @@ class Run:
     created_at: datetime
     updated_at: datetime
     version: int
+    requested_by: str | None = None
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
     run by every read); open it with ``Runs.load_state``."""
@@ -145,20 +146,39 @@ class DecisionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One principal's approval of a turn that needs a quorum."""
+
+    run_id: str
+    turn_digest: str
+    principal: str
+    auth: dict[str, JsonValue]
+    decision: dict[str, JsonValue]
+    proposal: str
+    webhook_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionOutcome:
-    """What recording a decision did.
+    """What recording a decision (or a principal's approval toward a quorum) did.
 
     ``recorded``: this request won and moved the run to ``queued``.
-    ``duplicate``: the same decision (or webhook id) was already applied; ``stored`` is it.
-    ``conflict``: the run is not waiting, the digest is of another turn, or another
-    decision already won (``reason`` says which). ``not_found``: no such run.
+    ``partial``: this principal's approval was recorded; the quorum is not reached yet.
+    ``duplicate``: the same decision (or webhook id, or this principal's same approval)
+    was already applied; ``stored`` is the decision, if one was made.
+    ``conflict``: the run is not waiting, the digest is of another turn, another
+    decision already won, or this principal approved another decision for the turn
+    (``reason`` says which). ``not_found``: no such run.
     """
 
-    result: Literal["recorded", "duplicate", "conflict", "not_found"]
+    result: Literal["recorded", "partial", "duplicate", "conflict", "not_found"]
     stored: DecisionRecord | None = None
     reason: str | None = None
     expired: bool = False
     """A conflict because the approval expired before the decision came."""
+    approved_by: tuple[str, ...] = ()
+    """With a quorum: the principals whose approvals of this decision are recorded."""
 
 
 @dataclass(frozen=True, slots=True)

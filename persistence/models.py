@@ -132,6 +132,9 @@ class AgentRun(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     event_seq: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    """Who asked for the run (the API's principal, or the requester a trusted client
+    names): by default they may not approve its calls."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
@@ -196,6 +199,29 @@ class DecisionRow(Base):
     created_at: Mapped[datetime]
 
     __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)
+
+
+class ApprovalRow(Base):
+    """One principal's approval of a turn whose calls need a quorum: the turn is
+    decided (a ``decisions`` row) when enough distinct principals approved the same
+    decision (the same ``proposal``)."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    turn_digest: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(200))
+    auth: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """How the principal was authenticated (method, client, issuer, OS user) and the
+    roles it acted with."""
+    decision: Mapped[dict[str, Any]] = mapped_column(JSON)
+    proposal: Mapped[str] = mapped_column(String(64))
+    """A digest of ``decision``: approvals count together when theirs are equal."""
+    webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("run_id", "turn_digest", "principal"),)
 
 
 class OutboxRow(Base):

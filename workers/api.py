@@ -13,15 +13,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
-from standardwebhooks import Webhook
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from loop import DecisionError
 from persistence.domain import Run, RunStatus
 from persistence.store import UnknownRunError
 from workers.api_metrics import Metrics
+from workers.auth import Authenticator
 from workers.decisions import DecisionBody, TextBody
-from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, gate_of, token_matches, verify
+from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, Gate
+from workers.principals import ForbiddenError, Principal
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
 from workers.service import ConflictError, Service
 from workers.settings import Settings
@@ -36,6 +39,9 @@ class CreateRun(TextBody):
     input: str = Field(max_length=MAX_BODY)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
     metadata: dict[str, JsonValue] | None = None
+    requested_by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who asked for the run, named by a trusted client (the API token's holder); a
+    token's principal is the requester itself."""
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
@@ -46,16 +52,16 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
         description="Durable, human-approved LLM agent tool calls.",
     )
     metrics = Metrics(service)
-    secrets = [s for s in (config.webhook_secret or "").replace(",", " ").split() if s]
-    if not config.api_token:
+    auth = Authenticator(config, metrics)
+    if auth.open:
         log.warning(
             "AIRLOCK_API_TOKEN is not set: the run endpoints accept unauthenticated requests",
             extra={"action": "api.open"},
         )
     _errors(app, metrics)
-    app.add_middleware(BodyGate, gate=gate_of(config, secrets, metrics), metrics=metrics)
-    _run_routes(app, service, config)
-    _approval_route(app, service, [Webhook(s) for s in secrets], metrics)
+    app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
+    _run_routes(app, service)
+    _approval_route(app, service, auth, metrics)
     _operations(app, service, metrics, check_broker)
     return app
 
@@ -80,20 +86,40 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
         return problem_response(exc.status_code, str(exc.detail), str(exc.detail))
 
 
+def gate_of(auth: Authenticator) -> Gate:
+    """Who calls ``/v1/``, before a body is read; noted in the scope's ``state`` as
+    ``principal`` (None: the API token's holder, or anyone on an open API)."""
+
+    async def gate(scope: Scope, headers: Headers) -> None:
+        path: str = scope["path"]
+        if not path.startswith("/v1/"):
+            return
+        if path.endswith("/approval") and scope["method"] == "POST":
+            check: Callable[[], Principal | None] = lambda: auth.approver(headers)  # noqa: E731
+        else:
+            check = lambda: auth.caller(headers.get("authorization"))  # noqa: E731
+        # a token's keys may have to be fetched: not on the event loop
+        principal = check() if auth.tokens is None else await run_in_threadpool(check)
+        scope.setdefault("state", {})["principal"] = principal
+
+    return gate
+
+
+def principal_of(request: Request) -> Principal | None:
+    """The caller the gate verified (see ``gate_of``)."""
+    found: Principal | None = request.scope.get("state", {}).get("principal")
+    return found
+
+
 def doc(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI's description of what a route answers: the handlers send their JSON as
     they built it, so FastAPI documents no model of its own."""
     return {status: {"model": model} for status in statuses or (200,)}
 
 
-def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
+def _run_routes(app: FastAPI, service: Service) -> None:
     async def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
-        if not config.api_token:
-            return
-        if not token_matches(authorization, config.api_token):
-            raise ProblemError(
-                401, "Unauthorized", "send Authorization: Bearer <AIRLOCK_API_TOKEN>"
-            )
+        """Documents the header: the gate checked it (``gate_of``)."""
 
     auth = [Depends(authorised)]
 
@@ -101,9 +127,22 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         return SafeJSONResponse(run_view(service, run), status)
 
     @app.post("/v1/runs", status_code=201, dependencies=auth, responses=doc(RunView, 201, 200))
-    def create_run(body: CreateRun) -> SafeJSONResponse:
+    def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
+        requested_by = body.requested_by
+        caller = principal_of(request)
+        if caller is not None:
+            if requested_by not in (None, caller.id):
+                raise ForbiddenError(
+                    f"{caller.id} may not name another requester: only a trusted client "
+                    "(the API token's holder) may pass requested_by"
+                )
+            requested_by = caller.id
         run, created = service.start_run(
-            body.agent, body.input, idempotency_key=body.idempotency_key, metadata=body.metadata
+            body.agent,
+            body.input,
+            idempotency_key=body.idempotency_key,
+            metadata=body.metadata,
+            requested_by=requested_by,
         )
         return view(run, 201 if created else 200)
 
@@ -144,26 +183,35 @@ def _run_routes(app: FastAPI, service: Service, config: Settings) -> None:
         return view(service.retry(run_id, by="api"), 202)
 
 
-def _approval_route(
-    app: FastAPI, service: Service, verifiers: list[Webhook], metrics: Metrics
-) -> None:
+def _approval_route(app: FastAPI, service: Service, auth: Authenticator, metrics: Metrics) -> None:
     @app.post(
         "/v1/runs/{run_id}/approval",
         status_code=202,
-        responses={200: {"description": "a replay, or the same decision again"}},
+        responses={
+            200: {
+                "description": "a replay, the same decision again, or an approval recorded "
+                "toward a quorum that is not reached yet (result: partial)"
+            }
+        },
     )
     async def approval(run_id: str, request: Request) -> SafeJSONResponse:
         raw = await request.body()
         if len(raw) > MAX_APPROVAL_BODY:
             metrics.rejections.labels("too_large").inc()
             raise ProblemError(413, "Body too large", f"the limit is {MAX_APPROVAL_BODY} bytes")
-        webhook_id = verify(verifiers, raw, dict(request.headers), metrics)
-        body = _parse_decision(raw, metrics)
+        principal = principal_of(request)
+        webhook_id: str | None = None
+        if principal is None:  # a signed webhook: its client vouches for the approver
+            client, webhook_id = auth.client(raw, dict(request.headers))
+            body = _parse_decision(raw, metrics)
+            principal = Principal.of_client(client.name, client.roles, body.approver)
+        else:
+            body = _parse_decision(raw, metrics)
         try:
             result = await run_in_threadpool(
-                service.record_decision, run_id, body, source="webhook", webhook_id=webhook_id
+                service.record_decision, run_id, body, principal, webhook_id=webhook_id
             )
-        except (UnknownRunError, ConflictError, DecisionError) as exc:
+        except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:
             metrics.decisions.labels(_refused(exc)).inc()
             raise
         metrics.decisions.labels(result.result).inc()
@@ -172,14 +220,18 @@ def _approval_route(
             "result": result.result,
             "decision": result.decision,
             "approver": result.approver,
+            "approved_by": list(result.approved_by),
+            "quorum": result.quorum,
         }
-        return SafeJSONResponse(answer, 200 if result.result == "duplicate" else 202)
+        return SafeJSONResponse(answer, 202 if result.result == "recorded" else 200)
 
 
 def _refused(exc: Exception) -> str:
     """The ``airlock_decisions_total`` label of a decision the service refused."""
     if isinstance(exc, ConflictError):
         return "expired" if exc.expired else "conflict"
+    if isinstance(exc, ForbiddenError):
+        return "forbidden"
     return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
 
 

@@ -7,6 +7,7 @@ Exit codes: 0 done · 1 refused (the run is not in a state that allows it) ·
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -31,6 +32,7 @@ from workers.cli_output import (
     progress_bar,
 )
 from workers.decisions import CallDecisionBody, DecisionBody
+from workers.principals import ForbiddenError, Principal
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service
 from workers.settings import settings
@@ -138,11 +140,15 @@ def dev(
 
 
 @app.command("run")
-def start_run(
+def start_run(  # noqa: PLR0917 - a command's options
     agent: Annotated[str, typer.Argument(help="Agent name (see AIRLOCK_AGENTS).")],
     input: Annotated[str, typer.Argument(help="The user's request.")],
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same run.")] = None,
     metadata: Annotated[str | None, typer.Option(help="A JSON object to attach.")] = None,
+    requested_by: Annotated[
+        str | None,
+        typer.Option(help="Who asks for the run (by default they may not approve its calls)."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run of AGENT on INPUT."""
@@ -156,7 +162,7 @@ def start_run(
             raise typer.BadParameter("--metadata must be a JSON object")
     try:
         run, created = service().start_run(
-            agent, input, idempotency_key=idempotency_key, metadata=meta
+            agent, input, idempotency_key=idempotency_key, metadata=meta, requested_by=requested_by
         )
     except UnknownAgentError as exc:
         fail(str(exc), 2)
@@ -231,6 +237,12 @@ def runs_events(run_id: str, as_json: JsonOption = False) -> None:
 # -- decisions and operator actions -------------------------------------------------------------
 
 
+def operator(name: str | None) -> Principal:
+    """The CLI's principal: ``--as`` (by default the OS user), with the OS user."""
+    os_user = getpass.getuser()
+    return Principal.operator(name or os_user, os_user=os_user)
+
+
 def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None) -> None:
     """Decide the turn quoted by ``digest``; without one, the turn that waits now, which
     is shown first, so the operator sees what the decision releases."""
@@ -244,18 +256,29 @@ def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None)
             fail(str(exc), 1)
         digest = run.turn_digest
     try:
-        result = service().record_decision(run_id, body_of(digest), source="cli", approver=approver)
+        result = service().record_decision(run_id, body_of(digest), operator(approver))
     except (DecisionError, ValueError) as exc:
         fail(str(exc), 2)
-    except ConflictError as exc:
+    except (ConflictError, ForbiddenError) as exc:
         fail(str(exc), 1)
-    if result.result == "duplicate":
-        console.print("this decision was already recorded; nothing changed")
-    else:
-        console.print(f"recorded; run {run_id} is queued to resume")
+    tally = f"{len(result.approved_by)} of {result.quorum} approvals"
+    match result.result:
+        case "duplicate":
+            console.print("this decision was already recorded; nothing changed")
+        case "partial":
+            console.print(f"your approval is recorded ({tally}); the run waits for more")
+        case "recorded":
+            console.print(f"recorded; run {run_id} is queued to resume")
 
 
-ApproverOption = Annotated[str | None, typer.Option(help="Who decides (for the audit).")]
+ApproverOption = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        "--approver",
+        help="Who decides (recorded with your OS user); by default your OS user.",
+    ),
+]
 DigestOption = Annotated[
     str | None,
     typer.Option(

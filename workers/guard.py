@@ -1,21 +1,18 @@
-"""What the API checks before it reads a request's body: the bearer token, the
-webhook's headers and timestamp, and the body's size as it streams in (chunked or
-not); then the webhook's signature."""
+"""What the API checks before it reads a request's body: who the caller is (see
+``workers.auth``), the webhook's headers and timestamp, and the body's size as it
+streams in (chunked or not)."""
 
 from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
-from standardwebhooks import Webhook
-from standardwebhooks.webhooks import WebhookVerificationError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workers.api_metrics import Metrics
 from workers.problems import ProblemError, problem_response
-from workers.settings import Settings
 
 MAX_BODY = 1024 * 1024
 MAX_APPROVAL_BODY = 64 * 1024
@@ -30,32 +27,16 @@ def token_matches(authorization: str | None, token: str) -> bool:
     return hmac.compare_digest(authorization.encode("utf-8", "surrogateescape"), expected)
 
 
-Gate = Callable[[str, Headers], None]
-"""Refuses (``ProblemError``) a request by its path and headers, before its body is read."""
-
-
-def gate_of(config: Settings, secrets: list[str], metrics: Metrics) -> Gate:
-    def gate(path: str, headers: Headers) -> None:
-        if path.endswith("/approval"):
-            if secrets:
-                _signed_headers(headers, metrics)
-        elif (
-            path.startswith("/v1/")
-            and config.api_token
-            and not token_matches(headers.get("authorization"), config.api_token)
-        ):
-            raise ProblemError(
-                401, "Unauthorized", "send Authorization: Bearer <AIRLOCK_API_TOKEN>"
-            )
-
-    return gate
+Gate = Callable[[Scope, Headers], Awaitable[None]]
+"""Refuses (``ProblemError``) a request by its path and headers, before its body is
+read; it may note who the caller is in the scope's ``state``."""
 
 
 class BodyGate:
-    """Authenticates what it can from the headers, then reads the body with its limit
-    counted as it streams in (chunked or not, whatever Content-Length says): a request
-    over the limit gets 413 after at most the limit was read, an unauthenticated one
-    401 before any of it."""
+    """Authenticates what it can from the headers (every request's), then reads the
+    body with its limit counted as it streams in (chunked or not, whatever
+    Content-Length says): a request over the limit gets 413 after at most the limit was
+    read, an unauthenticated one 401 before any of it."""
 
     def __init__(self, app: ASGIApp, *, gate: Gate, metrics: Metrics) -> None:
         self._app = app
@@ -63,7 +44,7 @@ class BodyGate:
         self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
         path: str = scope["path"]
@@ -71,8 +52,11 @@ class BodyGate:
         limit = MAX_APPROVAL_BODY if approval else MAX_BODY
         headers = Headers(scope=scope)
         try:
-            self._gate(path, headers)
-            body = await _read_within(receive, headers.get("content-length"), limit)
+            await self._gate(scope, headers)
+            reads = scope["method"] not in ("GET", "HEAD", "OPTIONS")
+            body = (
+                await _read_within(receive, headers.get("content-length"), limit) if reads else b""
+            )
         except ProblemError as exc:
             if exc.status == 413 and approval:
                 self._metrics.rejections.labels("too_large").inc()
@@ -80,6 +64,9 @@ class BodyGate:
             return
         if body is None:
             return  # the client went away
+        if not reads:
+            await self._app(scope, receive, send)
+            return
         delivered = False
 
         async def replay() -> Message:
@@ -111,7 +98,7 @@ async def _read_within(receive: Receive, length: str | None, limit: int) -> byte
             return b"".join(chunks)
 
 
-def _signed_headers(headers: Mapping[str, str], metrics: Metrics) -> str:
+def signed_headers(headers: Mapping[str, str], metrics: Metrics) -> str:
     """The webhook's id, once its headers are there and its timestamp is within the
     tolerance: checked before its body is read."""
     webhook_id = headers.get("webhook-id")
@@ -127,18 +114,3 @@ def _signed_headers(headers: Mapping[str, str], metrics: Metrics) -> str:
         metrics.rejections.labels("timestamp").inc()
         raise ProblemError(401, "Bad timestamp", "webhook-timestamp is not within 5 minutes of now")
     return webhook_id
-
-
-def verify(verifiers: list[Webhook], raw: bytes, headers: dict[str, str], metrics: Metrics) -> str:
-    if not verifiers:
-        metrics.rejections.labels("not_configured").inc()
-        raise ProblemError(503, "Approvals disabled", "AIRLOCK_WEBHOOK_SECRET is not set")
-    webhook_id = _signed_headers(headers, metrics)
-    for verifier in verifiers:  # several secrets while one is rotated out
-        try:
-            verifier.verify(raw, headers, json_parse=False)
-            return webhook_id
-        except (WebhookVerificationError, ValueError, UnicodeDecodeError):
-            continue
-    metrics.rejections.labels("signature").inc()
-    raise ProblemError(401, "Bad signature", "no webhook-signature matches the configured secret")

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from loop import DecisionError, StateError
 from persistence.store import BadCursorError, UnknownRunError
+from workers.principals import ForbiddenError
 from workers.registry import UnknownAgentError
 from workers.service import ConflictError
 
@@ -31,6 +32,7 @@ APPROVAL_EXPIRED = "/problems/approval-expired"
 PROBLEMS: dict[type[Exception], tuple[int, str]] = {
     UnknownRunError: (404, "Not found"),
     ConflictError: (409, "Conflict"),
+    ForbiddenError: (403, "Forbidden"),
     StateError: (409, "Unreadable state"),
     DecisionError: (422, "Decision refused"),
     BadCursorError: (422, "Bad cursor"),

@@ -15,7 +15,15 @@ from loop import (
     SuspendedRunState,
     check_decisions,
 )
-from persistence.domain import Page, Reclaimed, Run, RunEvent, RunStatus
+from persistence.domain import (
+    ApprovalRecord,
+    DecisionOutcome,
+    Page,
+    Reclaimed,
+    Run,
+    RunEvent,
+    RunStatus,
+)
 from persistence.store import (
     Clock,
     Event,
@@ -26,6 +34,7 @@ from persistence.store import (
 from workers.decisions import DecisionBody, to_loop_decisions
 from workers.keeper import Keeper
 from workers.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Send, deliver_due
+from workers.principals import AIRLOCK, Authority, ForbiddenError, Principal, authorise
 from workers.registry import Registry, UnknownAgentError
 from workers.segments import (
     EventType,
@@ -45,6 +54,8 @@ __all__ = [
     "DeliveryError",
     "DeliveryReport",
     "Enqueue",
+    "ForbiddenError",
+    "Principal",
     "EventType",
     "Limits",
     "Notify",
@@ -79,12 +90,16 @@ class ConflictError(Exception):
 
 @dataclass(frozen=True)
 class DecisionResult:
-    """``recorded``: this request won (202). ``duplicate``: the same decision was already
-    applied (200)."""
+    """``recorded``: this request won (202). ``partial``: this principal's approval was
+    recorded, more are needed (200). ``duplicate``: the same decision (or this
+    principal's same approval) was already applied (200)."""
 
-    result: Literal["recorded", "duplicate"]
+    result: Literal["recorded", "partial", "duplicate"]
     decision: dict[str, JsonValue]
     approver: str | None
+    approved_by: tuple[str, ...] = ()
+    """With a quorum: the principals that approved this decision so far."""
+    quorum: int = 1
 
 
 @dataclass(frozen=True)
@@ -149,17 +164,22 @@ class Service:
         *,
         idempotency_key: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
+        requested_by: str | None = None,
     ) -> tuple[Run, bool]:
         """Create a queued run and wake a worker. The same idempotency key returns the
-        first run (``created`` is False) and enqueues nothing."""
+        first run (``created`` is False) and enqueues nothing. ``requested_by``: who
+        asked for it (by default they may not approve its calls)."""
         self.registry.get(agent)
         request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata or {}}
+        if requested_by is not None:
+            request["requested_by"] = requested_by
         run, created = self.store.runs.create(
             agent,
             input,
             idempotency_key=idempotency_key,
             metadata=metadata,
             first_event=("request", request),
+            requested_by=requested_by,
         )
         if created:
             self._wake(run.id)
@@ -205,62 +225,152 @@ class Service:
         self,
         run_id: str,
         body: DecisionBody,
+        principal: Principal,
         *,
-        source: str,
-        approver: str | None = None,
         webhook_id: str | None = None,
         also: Sequence[Event] = (),
-        expiry: bool = False,
     ) -> DecisionResult:
-        """Record a decision for the turn that waits and wake a worker to resume. The
-        ``decision`` audit event (and ``also``, before it) is written with the decision.
+        """Record ``principal``'s decision for the turn that waits and wake a worker to
+        resume. The ``decision`` audit event (and ``also``, before it) is written with
+        the decision. When the calls it approves need a quorum, it is recorded as this
+        principal's approval (an ``approval`` event) and the decision is made by the
+        approval that completes the quorum.
 
         Raises ``UnknownRunError`` (no such run), ``DecisionError`` (malformed for this
-        turn: unknown call ids, edits that fail the tool's schema) and ``ConflictError``
-        (not waiting, another turn, or another decision already won).
+        turn: unknown call ids, edits that fail the tool's schema), ``ForbiddenError``
+        (a role the principal does not hold, its own run, an ``approver`` that is not
+        who it is) and ``ConflictError`` (not waiting, another turn, another decision
+        already won, or another approval by this principal).
         """
+        if body.approver is not None and principal.names_itself and body.approver != principal.id:
+            raise ForbiddenError(
+                f"the body names approver {body.approver!r}, but the request is "
+                f"authenticated as {principal.id!r}"
+            )
         run = self.store.runs.get(run_id)
         if run is None:
             raise UnknownRunError(f"no run has id {run_id!r}")
-        approver = body.approver or approver
         stored = body.stored()
+        expiry = principal is AIRLOCK
+        authority: Authority | None = None
         waits = run.status is RunStatus.WAITING_FOR_APPROVAL
         if waits and run.turn_digest == body.turn_digest and not expiry:
             # the expiry's whole-turn deny fits every turn: it needs no readable state
-            self._validate(run, stored)
-        audit: Event = (
-            "decision",
-            {"turn_digest": body.turn_digest, "approver": approver, "source": source, **stored},
-        )
+            authority = self._authorise(run, stored, principal)
+        payload: dict[str, JsonValue] = {
+            "turn_digest": body.turn_digest,
+            "approver": principal.id,
+            "source": principal.source,
+            "principal": principal.id,
+            "auth": principal.auth(authority.roles if authority else []),
+            "roles": list(authority.roles) if authority else [],
+            "covered_calls": list(authority.covered) if authority else [],
+            **stored,
+        }
+        if authority is not None and authority.approves and authority.quorum > 1:
+            return self._approve(
+                run,
+                body=body,
+                principal=principal,
+                authority=authority,
+                payload=payload,
+                webhook_id=webhook_id,
+                also=also,
+            )
         outcome = self.store.decisions.record_decision(
             run.id,
             body.turn_digest,
             stored,
-            approver=approver,
+            approver=principal.id,
             webhook_id=webhook_id,
-            events=[*also, audit],
+            events=[*also, ("decision", payload)],
             expiry=expiry,
         )
+        return self._outcome(run.id, outcome, stored, principal, 1)
+
+    def _approve(
+        self,
+        run: Run,
+        *,
+        body: DecisionBody,
+        principal: Principal,
+        authority: Authority,
+        payload: dict[str, JsonValue],
+        webhook_id: str | None,
+        also: Sequence[Event],
+    ) -> DecisionResult:
+        """One principal's approval toward the quorum ``authority`` asks for."""
+        quorum = authority.quorum
+
+        def audit(approved_by: tuple[str, ...], reached: bool) -> list[Event]:
+            tally: dict[str, JsonValue] = {"approved_by": list(approved_by), "quorum": quorum}
+            return [*also, ("decision" if reached else "approval", payload | tally)]
+
+        stored = body.stored()
+        outcome = self.store.decisions.approve(
+            run.id,
+            body.turn_digest,
+            stored,
+            principal=principal.id,
+            auth=principal.auth(authority.roles),
+            quorum=quorum,
+            audit=audit,
+            webhook_id=webhook_id,
+        )
+        return self._outcome(run.id, outcome, stored, principal, quorum)
+
+    def _outcome(
+        self,
+        run_id: str,
+        outcome: DecisionOutcome,
+        stored: dict[str, JsonValue],
+        principal: Principal,
+        quorum: int,
+    ) -> DecisionResult:
+        approved_by = outcome.approved_by
         match outcome.result:
             case "recorded":
-                self._wake(run.id)
-                return DecisionResult("recorded", stored, approver)
+                self._wake(run_id)
+                return DecisionResult("recorded", stored, principal.id, approved_by, quorum)
+            case "partial":
+                return DecisionResult("partial", stored, principal.id, approved_by, quorum)
             case "duplicate":
-                assert outcome.stored is not None
-                return DecisionResult("duplicate", outcome.stored.decision, outcome.stored.approver)
+                if outcome.stored is None:  # this principal's approval, the quorum not reached
+                    return DecisionResult("duplicate", stored, principal.id, approved_by, quorum)
+                decided = outcome.stored
+                return DecisionResult(
+                    "duplicate", decided.decision, decided.approver, approved_by, quorum
+                )
             case "not_found":
                 raise UnknownRunError(f"no run has id {run_id!r}")
             case "conflict":
                 reason = outcome.reason or "the decision was not applied"
                 raise ConflictError(reason, expired=outcome.expired)
 
-    def _validate(self, run: Run, stored: dict[str, JsonValue]) -> None:
+    def _authorise(self, run: Run, stored: dict[str, JsonValue], principal: Principal) -> Authority:
+        """The decision is well formed for the turn that waits, and the principal may
+        make it (``principals.authorise``)."""
         try:
             agent = self.registry.get(run.agent)
         except UnknownAgentError as exc:
             raise ConflictError(f"{exc}; the run cannot be resumed here") from exc
         state = self.store.runs.load_state(run)
-        check_decisions(agent, state, to_loop_decisions(stored, state))
+        decisions = to_loop_decisions(stored, state)
+        check_decisions(agent, state, decisions)
+        return authorise(principal, agent, state, decisions, requested_by=run.requested_by)
+
+    def approval_rule(self, agent: str, tool: str) -> tuple[tuple[str, ...], int] | None:
+        """Who may decide a call of ``tool`` (roles; none: anyone) and how many distinct
+        principals must approve it; None for an agent this process does not know."""
+        if agent not in self.registry:
+            return None
+        return self.registry.get(agent).approval_of(tool)
+
+    def approvals(self, run: Run) -> list[ApprovalRecord]:
+        """The approvals recorded toward a quorum for the turn the run waits on."""
+        if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest is None:
+            return []
+        return self.store.decisions.approvals(run.id, run.turn_digest)
 
     def pending(self, run: Run) -> SuspendedRunState | None:
         """The suspended turn an approver must see, while the run waits."""
@@ -310,9 +420,7 @@ class Service:
                     turn_digest=run.turn_digest, decision="deny", reason="approval expired"
                 )
                 try:
-                    self.record_decision(
-                        run_id, body, source="expiry", approver="airlock", also=[event], expiry=True
-                    )
+                    self.record_decision(run_id, body, AIRLOCK, also=[event])
                 except ConflictError:
                     continue  # decided or cancelled meanwhile
             else:

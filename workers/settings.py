@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 import base64
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from persistence.db import DEFAULT_DATABASE_URL, ConfigurationError, normalise_url
 
 EMBEDDED_BROKER = "filesystem://"
+
+
+class ApprovalClient(BaseModel):
+    """A named approval client (``AIRLOCK_APPROVAL_CLIENTS``): it signs its webhooks
+    with ``secret`` (several, space- or comma-separated, while one is rotated out) and
+    vouches for the approvers it names, who act with ``roles``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    secret: str = Field(min_length=1)
+    roles: tuple[str, ...] = ()
+
+    @property
+    def secrets(self) -> list[str]:
+        return split_secrets(self.secret)
+
+
+def split_secrets(value: str | None) -> list[str]:
+    return [s for s in (value or "").replace(",", " ").split() if s]
+
+
+DEFAULT_CLIENT = "default"
+"""The approval client that ``AIRLOCK_WEBHOOK_SECRET`` is."""
 
 
 class Settings(BaseSettings):
@@ -25,6 +48,15 @@ class Settings(BaseSettings):
     notify_url: str | None = None
     notify_secret: str | None = None
     state_key: str | None = None
+    # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
+    approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
+    # OIDC / JWT bearer tokens, for the run endpoints and approvals
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_jwks_url: str | None = None
+    oidc_roles_claim: str = "roles"
+    oidc_algorithms: str = "RS256,ES256"
+    oidc_leeway: float = Field(default=30.0, ge=0, le=300)
     retention_days: int = Field(default=30, ge=1)
     # where the embedded broker keeps its queue folders
     home: Path = Path(".airlock")
@@ -61,6 +93,51 @@ class Settings(BaseSettings):
                 raise ValueError(f"each entry must be module:attribute, got {path!r}")
         return value
 
+    @field_validator("approval_clients")
+    @classmethod
+    def _clients(cls, value: dict[str, ApprovalClient]) -> dict[str, ApprovalClient]:
+        for name in value:
+            if not name or len(name) > 100 or not name.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"client names are letters, digits, - and _; got {name!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _principals(self) -> Settings:
+        if self.webhook_secret and DEFAULT_CLIENT in self.approval_clients:
+            raise ValueError(
+                "AIRLOCK_WEBHOOK_SECRET is the approval client 'default'; "
+                "AIRLOCK_APPROVAL_CLIENTS defines it too"
+            )
+        if self.oidc_issuer and not self.oidc_audience:
+            raise ValueError("AIRLOCK_OIDC_AUDIENCE is required when AIRLOCK_OIDC_ISSUER is set")
+        if (self.oidc_audience or self.oidc_jwks_url) and not self.oidc_issuer:
+            raise ValueError(
+                "AIRLOCK_OIDC_ISSUER is required with the other AIRLOCK_OIDC_ settings"
+            )
+        for url in (self.oidc_issuer, self.oidc_jwks_url):
+            if url and not url.startswith(("https://", "http://")):
+                raise ValueError(f"AIRLOCK_OIDC_ISSUER and _JWKS_URL are URLs, got {url!r}")
+        algorithms = self.algorithms
+        if not algorithms or any(a == "none" or a.startswith("HS") for a in algorithms):
+            raise ValueError(
+                "AIRLOCK_OIDC_ALGORITHMS names asymmetric algorithms (RS256, ES256, …), "
+                "never none or HS*"
+            )
+        return self
+
+    @property
+    def algorithms(self) -> list[str]:
+        return split_secrets(self.oidc_algorithms)
+
+    @property
+    def clients(self) -> dict[str, ApprovalClient]:
+        """Every approval client: ``default`` (``AIRLOCK_WEBHOOK_SECRET``), if set, and
+        the named ones."""
+        clients = dict(self.approval_clients)
+        if self.webhook_secret and split_secrets(self.webhook_secret):
+            clients[DEFAULT_CLIENT] = ApprovalClient(secret=self.webhook_secret)
+        return clients
+
     @property
     def embedded_broker(self) -> bool:
         return self.broker_url.startswith("filesystem://")
@@ -92,11 +169,16 @@ def check_secrets(config: Settings) -> None:
             problems.append(
                 f"AIRLOCK_API_TOKEN is a known default or shorter than {MIN_TOKEN} characters"
             )
+    named = [
+        (f"AIRLOCK_APPROVAL_CLIENTS[{name!r}]", client.secret)
+        for name, client in config.approval_clients.items()
+    ]
     for name, value in (
         ("AIRLOCK_WEBHOOK_SECRET", config.webhook_secret),
         ("AIRLOCK_NOTIFY_SECRET", config.notify_secret),
+        *named,
     ):
-        for secret in (value or "").replace(",", " ").split():
+        for secret in split_secrets(value):
             if secret in KNOWN_DEFAULTS or len(_key_bytes(secret)) < MIN_SECRET_BYTES:
                 problems.append(
                     f"{name} holds a known default or a key shorter than {MIN_SECRET_BYTES} bytes"
@@ -116,9 +198,15 @@ def _key_bytes(secret: str) -> bytes:
 def load_settings() -> Settings:
     try:
         return Settings()
+    except SettingsError as exc:  # a value that is not the JSON its field needs
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = f"AIRLOCK_{found.group(1).upper()}" if found else "an AIRLOCK_ variable"
+        raise ConfigurationError(f"bad configuration: {name} is not valid JSON") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"AIRLOCK_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            if err["loc"]
+            else str(err["msg"]).removeprefix("Value error, ")
             for err in exc.errors(include_url=False)
         )
         raise ConfigurationError(f"bad configuration: {problems}") from exc

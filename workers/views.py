@@ -6,8 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from loop import Approve, Deny, PendingCall, StateError
+from loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
 from persistence.domain import Run, RunEvent
+from workers.decisions import to_loop_decisions
 from workers.service import Service
 
 
@@ -27,6 +28,21 @@ class PendingCallView(BaseModel):
     verdict: str
     """``asks``, ``approved_by_policy``, ``denied_by_policy``, or why no person is asked."""
     policy_reason: str | None
+    approvers: list[str] | None
+    """The roles that may decide it (empty: any approver; null: the agent is unknown
+    here)."""
+    quorum: int
+    """How many distinct principals must approve it."""
+    approvals: list[ApprovalView]
+    """The approvals of it recorded so far, toward its quorum."""
+
+
+class ApprovalView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    principal: str
+    auth: dict[str, JsonValue]
+    decision: str
+    at: str | None
 
 
 class PendingView(BaseModel):
@@ -109,18 +125,51 @@ def pending_view(service: Service, run: Run) -> JsonValue:
         return {"turn_digest": run.turn_digest, "calls": [], "error": error, **times}
     if state is None:
         return None
-    calls: list[JsonValue] = [
-        {
-            "id": c.id,
-            "name": c.name,
-            "arguments": c.arguments,
-            "effect": c.effect,
-            "requires_approval": c.requires_approval,
-            **verdict(c),
-        }
-        for c in state.pending_calls
-    ]
+    rules = {c.id: service.approval_rule(run.agent, c.name) for c in state.pending_calls}
+    quorums = any(rule is not None and rule[1] > 1 for rule in rules.values())
+    approvals = approvals_of(service, run, state) if quorums else {}
+    calls: list[JsonValue] = []
+    for c in state.pending_calls:
+        rule = rules[c.id]
+        calls.append(
+            {
+                "id": c.id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "effect": c.effect,
+                "requires_approval": c.requires_approval,
+                **verdict(c),
+                "approvers": list(rule[0]) if rule is not None else None,
+                "quorum": rule[1] if rule is not None else 1,
+                "approvals": approvals.get(c.id, []),
+            }
+        )
     return {"turn_digest": state.turn_digest, "calls": calls, **times}
+
+
+def approvals_of(
+    service: Service, run: Run, state: SuspendedRunState
+) -> dict[str, list[JsonValue]]:
+    """Per call, the approvals recorded toward its quorum: each principal's approval
+    that approves (or edits) it."""
+    found: dict[str, list[JsonValue]] = {}
+    for approval in service.approvals(run):
+        try:
+            decisions = to_loop_decisions(approval.decision, state)
+        except (ValueError, DecisionError):
+            continue
+        for call in state.pending_calls:
+            decided = decisions if isinstance(decisions, Approve | Deny) else decisions.get(call.id)
+            if isinstance(decided, Approve | Edit) and call.requires_approval:
+                found.setdefault(call.id, []).append(
+                    {
+                        "principal": approval.principal,
+                        "auth": approval.auth,
+                        "decision": "edit" if isinstance(decided, Edit) else "approve",
+                        "at": iso(approval.created_at),
+                    }
+                )
+    return found
 
 
 def run_view(service: Service, run: Run) -> dict[str, JsonValue]:

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from loop.canonical import sha256_hex
 from persistence.crypto import StateCipher
-from persistence.domain import DecisionOutcome, DecisionRecord, RunStatus
+from persistence.domain import ApprovalRecord, DecisionOutcome, DecisionRecord, RunStatus
 from persistence.store import sql
 from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
+from persistence.store.dialects import Writes
 
-RUNS, DECISIONS = sql.RUNS, sql.DECISIONS
+RUNS, DECISIONS, APPROVALS = sql.RUNS, sql.DECISIONS, sql.APPROVALS
+
+Audit = Callable[[tuple[str, ...], bool], Sequence[Event]]
+"""The events a principal's approval writes, given the principals that approved the
+same decision so far (this one last) and whether that reached the quorum."""
 
 
 class _NotWaitingError(Exception):
@@ -74,12 +80,115 @@ class Decisions:
         )
         return DecisionOutcome("recorded", record)
 
+    def approve(
+        self,
+        run_id: str,
+        turn_digest: str,
+        decision: dict[str, JsonValue],
+        *,
+        principal: str,
+        auth: dict[str, JsonValue],
+        quorum: int,
+        audit: Audit,
+        webhook_id: str | None = None,
+    ) -> DecisionOutcome:
+        """Record ``principal``'s approval of ``decision`` for the turn that waits; the
+        approval that makes ``quorum`` distinct principals of the same decision also
+        records the decision and moves the run waiting → queued, in its transaction.
+
+        The transaction locks the run's row first (``FOR UPDATE``; SQLite's writers
+        queue on ``BEGIN IMMEDIATE``), so concurrent approvals are counted one after
+        another and exactly one of them reaches the quorum. A principal's second
+        approval of the turn, a webhook id used before, or a turn no longer waiting
+        rolls it all back and is explained as ``record_decision``'s are.
+        """
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return DecisionOutcome("not_found")
+        now = self._ctx.now()
+        proposal = proposal_of(run_id, turn_digest, decision)
+        params = {"rid": rid, "digest": turn_digest, "now": now}
+        try:
+            with self._ctx.conns.tx() as s:
+                if s.execute(_LOCK_WAITING, params).first() is None:
+                    raise _NotWaitingError
+                s.execute(
+                    APPROVALS.insert(),
+                    {
+                        "run_id": rid,
+                        "turn_digest": turn_digest,
+                        "principal": principal,
+                        "auth": auth,
+                        "decision": self._ctx.cipher.seal_json(decision),
+                        "proposal": proposal,
+                        "webhook_id": webhook_id,
+                        "created_at": now,
+                    },
+                )
+                approved_by = tuple(s.scalars(_SAME_PROPOSAL, params | {"proposal": proposal}))
+                reached = len(approved_by) >= quorum
+                events = audit(approved_by, reached)
+                if reached:
+                    row = {
+                        "run_id": rid,
+                        "turn_digest": turn_digest,
+                        "decision": self._ctx.cipher.seal_json(decision),
+                        "approver": principal,
+                        "webhook_id": webhook_id,
+                        "created_at": now,
+                    }
+                    if not self._ctx.sql.decide(s, params, row, events, expiry=False):
+                        raise _NotWaitingError
+                elif not self._ctx.sql.with_events(
+                    s, "approval", _approval_noted, params, Writes(events)
+                ):
+                    raise _NotWaitingError
+        except (IntegrityError, _NotWaitingError):
+            return self._explain_lost(run_id, turn_digest, decision, webhook_id, principal)
+        if not reached:
+            return DecisionOutcome("partial", approved_by=approved_by)
+        record = DecisionRecord(
+            run_id=run_id,
+            turn_digest=turn_digest,
+            decision=decision,
+            approver=principal,
+            webhook_id=webhook_id,
+            created_at=now,
+        )
+        return DecisionOutcome("recorded", record, approved_by=approved_by)
+
+    def approvals(self, run_id: str, turn_digest: str) -> list[ApprovalRecord]:
+        """The approvals recorded for a turn, oldest first."""
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return []
+        with self._ctx.conns.one() as s:
+            rows = s.execute(
+                select(APPROVALS)
+                .where(APPROVALS.c.run_id == rid, APPROVALS.c.turn_digest == turn_digest)
+                .order_by(APPROVALS.c.id)
+            ).mappings()
+            return [self._approval(row) for row in rows]
+
+    def _approval(self, row: Mapping[Any, Any]) -> ApprovalRecord:
+        return ApprovalRecord(
+            run_id=str(row["run_id"]),
+            turn_digest=row["turn_digest"],
+            principal=row["principal"],
+            auth=dict(row["auth"]),
+            decision=self._ctx.cipher.open_json(row["decision"], "an approval"),
+            proposal=row["proposal"],
+            webhook_id=row["webhook_id"],
+            created_at=row["created_at"],
+        )
+
     def _explain_lost(
         self,
         run_id: str,
         turn_digest: str,
         decision: dict[str, JsonValue],
         webhook_id: str | None,
+        principal: str | None = None,
     ) -> DecisionOutcome:
         with self._ctx.conns.one() as s:
             if webhook_id is not None:
@@ -93,7 +202,31 @@ class Decisions:
                 return DecisionOutcome(
                     "conflict", stored, "another decision for this turn was already recorded"
                 )
+            if principal is not None:
+                mine = self._own_approval(s, run_id, turn_digest, principal, decision)
+                if mine is not None:
+                    return mine
             return self._why_not_waiting(s, run_id, turn_digest)
+
+    def _own_approval(
+        self,
+        s: Connection,
+        run_id: str,
+        turn_digest: str,
+        principal: str,
+        decision: dict[str, JsonValue],
+    ) -> DecisionOutcome | None:
+        """``principal`` already approved this turn: the same decision is a duplicate
+        (the approvals of it so far come back), another one a conflict."""
+        row = sql.row_of(s, APPROVALS, run_id, turn_digest=turn_digest, principal=principal)
+        if row is None:
+            return None
+        if row["proposal"] != proposal_of(run_id, turn_digest, decision):
+            return DecisionOutcome(
+                "conflict", None, f"{principal} already approved another decision for this turn"
+            )
+        same = {"rid": row["run_id"], "digest": turn_digest, "proposal": row["proposal"]}
+        return DecisionOutcome("duplicate", approved_by=tuple(s.scalars(_SAME_PROPOSAL, same)))
 
     def _replay(self, s: Connection, run_id: str, webhook_id: str) -> DecisionOutcome | None:
         replay = (
@@ -102,10 +235,20 @@ class Decisions:
             .first()
         )
         if replay is None:
-            return None
+            approval = (
+                s.execute(select(APPROVALS).where(APPROVALS.c.webhook_id == webhook_id))
+                .mappings()
+                .first()
+            )
+            if approval is None:
+                return None
+            if str(approval["run_id"]) != run_id:
+                return _USED_ELSEWHERE
+            stored = self._decision(s, run_id, approval["turn_digest"])
+            return DecisionOutcome("duplicate", stored, approved_by=(approval["principal"],))
         if str(replay["run_id"]) == run_id:
             return DecisionOutcome("duplicate", to_decision(replay, self._ctx.cipher))
-        return DecisionOutcome("conflict", None, "this webhook-id was already used for another run")
+        return _USED_ELSEWHERE
 
     def _why_not_waiting(self, s: Connection, run_id: str, turn_digest: str) -> DecisionOutcome:
         row = s.execute(
@@ -140,6 +283,36 @@ class Decisions:
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)
+
+
+_USED_ELSEWHERE = DecisionOutcome(
+    "conflict", None, "this webhook-id was already used for another run"
+)
+
+_LOCK_WAITING = select(RUNS.c.id).where(sql.waiting_guard(expiry=False)).with_for_update()
+"""The run's row, locked, while it waits on the turn with its approval live."""
+
+_SAME_PROPOSAL = (
+    select(APPROVALS.c.principal)
+    .where(
+        APPROVALS.c.run_id == bindparam("rid"),
+        APPROVALS.c.turn_digest == bindparam("digest"),
+        APPROVALS.c.proposal == bindparam("proposal"),
+    )
+    .order_by(APPROVALS.c.id)
+)
+
+
+def _approval_noted() -> Any:
+    """The UPDATE that numbers a partial approval's events: the run's row is locked
+    and checked already."""
+    return update(RUNS).where(RUNS.c.id == bindparam("rid")).values(updated_at=bindparam("now"))
+
+
+def proposal_of(run_id: str, turn_digest: str, decision: dict[str, JsonValue]) -> str:
+    """What approvals of the same decision share: a digest of it, bound to the run and
+    turn (so equal edits on two runs do not show as equal)."""
+    return sha256_hex({"run_id": run_id, "turn_digest": turn_digest, "decision": decision})
 
 
 def to_decision(row: Mapping[Any, Any], cipher: StateCipher) -> DecisionRecord:

@@ -31,6 +31,7 @@ class Runs:
         idempotency_key: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
         first_event: Event | None = None,
+        requested_by: str | None = None,
     ) -> tuple[Run, bool]:
         """Insert a queued run, and with it its first event (kind, payload) as seq 1.
         With a known idempotency key, return the first run instead."""
@@ -39,6 +40,7 @@ class Runs:
             if existing is not None:
                 return existing, False
         values = self._new_row(agent, input, idempotency_key, metadata)
+        values["requested_by"] = requested_by
         if first_event is not None:
             values["event_seq"] = 1
         try:
@@ -159,5 +161,6 @@ def to_run(row: Mapping[Any, Any]) -> Run:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         version=row["version"],
+        requested_by=row["requested_by"],
         checkpoint=row.get("checkpoint"),
     )

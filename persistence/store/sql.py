@@ -30,7 +30,14 @@ from sqlalchemy.sql.selectable import CTE, FromClause, ScalarSelect
 
 from persistence.crypto import StateCipher
 from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.models import AgentRun, DecisionRow, OutboxRow, RunEventRow, ToolCallRow
+from persistence.models import (
+    AgentRun,
+    ApprovalRow,
+    DecisionRow,
+    OutboxRow,
+    RunEventRow,
+    ToolCallRow,
+)
 from persistence.store.common import Event
 
 RUNS = cast(Table, AgentRun.__table__)
@@ -38,6 +45,7 @@ DECISIONS = cast(Table, DecisionRow.__table__)
 EVENTS = cast(Table, RunEventRow.__table__)
 CALLS = cast(Table, ToolCallRow.__table__)
 OUTBOX = cast(Table, OutboxRow.__table__)
+APPROVALS = cast(Table, ApprovalRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:
@@ -314,21 +322,26 @@ def decide_statement(k: int, moving: Callable[[], Update]) -> Insert:
     return insert_events(cte, k, cte.join(both, both.c.run_id == cte.c.id))
 
 
-def waiting_to_queued(*, expiry: bool = False) -> Update:
+def waiting_guard(*, expiry: bool) -> ColumnElement[bool]:
     """The decision's guard: the run waits on this turn, and its approval has not
     expired (``expiry``: has, for the expiry's own decision) as of the statement."""
     if expiry:
         live = RUNS.c.expires_at <= bindparam("now")
     else:
         live = or_(RUNS.c.expires_at.is_(None), RUNS.c.expires_at > bindparam("now"))
+    return and_(
+        RUNS.c.id == bindparam("rid"),
+        status_in(RunStatus.WAITING_FOR_APPROVAL.value),
+        RUNS.c.turn_digest == bindparam("digest"),
+        live,
+    )
+
+
+def waiting_to_queued(*, expiry: bool = False) -> Update:
+    """waiting → queued, under ``waiting_guard``."""
     return (
         update(RUNS)
-        .where(
-            RUNS.c.id == bindparam("rid"),
-            status_in(RunStatus.WAITING_FOR_APPROVAL.value),
-            RUNS.c.turn_digest == bindparam("digest"),
-            live,
-        )
+        .where(waiting_guard(expiry=expiry))
         .values(
             status=RunStatus.QUEUED.value,
             expires_at=None,

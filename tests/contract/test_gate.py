@@ -37,9 +37,12 @@ from persistence.domain import CallStatus, RunStatus
 from persistence.store import RunStore
 from tests.conftest import FakeClock
 from workers.decisions import CallDecisionBody, DecisionBody
+from workers.principals import Principal
 from workers.registry import Registry
 from workers.service import ConflictError, Limits, Outcome, Service
 from workers.views import run_view
+
+OPERATOR = Principal.trusted("test")
 
 
 class Wipe(Tool, RequiresApproval):
@@ -124,9 +127,7 @@ def test_a_turn_level_approve_does_not_override_the_policys_deny(engine: Engine)
     verdicts = {c["id"]: (c["verdict"], c["policy_reason"]) for c in pending["calls"]}  # type: ignore[call-overload,index]
     assert verdicts == {"mail": ("asks", None), "wipe": ("denied_by_policy", "never wipe")}
 
-    service.record_decision(
-        run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
-    )
+    service.record_decision(run_id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR)
     assert service.run_segment(run_id, "w").outcome is Outcome.COMPLETED
     assert ran == ["send_email mail"]
     decided = [e.payload for e in service.store.events.read(run_id) if e.kind == "decision"]
@@ -144,14 +145,14 @@ def test_a_decision_naming_a_call_the_policy_decided_is_refused(engine: Engine) 
         calls={"wipe": CallDecisionBody(decision="approve")},
     )
     with pytest.raises(DecisionError, match="decided by the approval policy"):
-        service.record_decision(run_id, body, source="t")
+        service.record_decision(run_id, body, OPERATOR)
     assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
     assert service.store.decisions.decision_for(run_id, digest) is None
     # naming only the asked call: the policy's deny still stands for the other
     only_mail = DecisionBody(
         turn_digest=digest, decision="approve", calls={"mail": CallDecisionBody(decision="approve")}
     )
-    service.record_decision(run_id, only_mail, source="t")
+    service.record_decision(run_id, only_mail, OPERATOR)
     assert service.run_segment(run_id, "w").outcome is Outcome.COMPLETED
     assert ran == ["send_email mail"]
 
@@ -274,9 +275,7 @@ def test_a_write_after_a_resumed_turn_is_written_ahead_too(
     )
     service = service_for(engine, agent, clock=clock)
     run_id, digest = waiting(service, "mixed")
-    service.record_decision(
-        run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
-    )
+    service.record_decision(run_id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR)
     lose_the_worker(service, clock, run_id)
     assert service.run_segment(run_id, "next").outcome is Outcome.FAILED
     assert ran == ["wipe fresh-1-0", "send_email fresh-2-0"]
@@ -292,9 +291,7 @@ def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: 
     y, digest_y = waiting(service, "policed")
     assert digest_x != digest_y  # same calls, same ids: the run id tells them apart
     with pytest.raises(ConflictError, match="not the digest"):
-        service.record_decision(
-            y, DecisionBody(turn_digest=digest_x, decision="approve"), source="t"
-        )
+        service.record_decision(y, DecisionBody(turn_digest=digest_x, decision="approve"), OPERATOR)
     assert service.store.runs.require(y).status is RunStatus.WAITING_FOR_APPROVAL
 
 
@@ -331,7 +328,7 @@ def test_expiry_does_not_undo_an_approval_that_won_just_before_it(
         # the deadline (by a process whose clock says so) commits: 202
         clock.advance(seconds=-2)
         body = DecisionBody(turn_digest=digest, decision="approve")
-        assert service.record_decision(run_id, body, source="t").result == "recorded"
+        assert service.record_decision(run_id, body, OPERATOR).result == "recorded"
         clock.advance(seconds=2)
         return due
 
@@ -350,7 +347,7 @@ def test_a_decision_after_expires_at_is_refused_as_expired(
     clock.advance(seconds=11)  # due, but the sweeper has not run yet
     with pytest.raises(ConflictError, match="expired") as info:
         service.record_decision(
-            run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+            run_id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR
         )
     assert info.value.expired
     assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
@@ -375,9 +372,7 @@ def test_purge_racing_a_retry_keeps_the_live_runs_ledger_and_events(
     ran: list[str] = []
     service = service_for(pg_engine, policy_agent(ran), clock=clock)
     run_id, digest = waiting(service, "policed")
-    service.record_decision(
-        run_id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
-    )
+    service.record_decision(run_id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR)
     service.store.transitions.claim(run_id, "w", service.limits.lease)
     service.store.transitions.finish(run_id, RunStatus.FAILED, owner="w", error="crashed")
     clock.advance(days=31)
@@ -495,7 +490,7 @@ def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) ->
     [call] = service.store.runs.load_state(service.store.runs.require(run.id)).pending_calls
     edit = CallDecisionBody(decision="edit", arguments={"to": "EDITED-SECRET", "body": "b"})
     body = DecisionBody(turn_digest=digest, decision="approve", calls={call.id: edit})
-    service.record_decision(run.id, body, source="t")
+    service.record_decision(run.id, body, OPERATOR)
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
 
     stored = raw_text(engine)

@@ -24,8 +24,11 @@ from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from workers.decisions import DecisionBody
 from workers.notify import Delivery, DeliveryError, deliver_due
+from workers.principals import Principal
 from workers.registry import Registry
 from workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
+
+OPERATOR = Principal.trusted("test")
 
 URL = "http://receiver.invalid/hook"
 
@@ -206,7 +209,7 @@ def test_every_settling_transition_records_its_type(engine: Engine, clock: FakeC
     service.run_segment(first.id, "w")
     digest = service.store.runs.require(first.id).turn_digest
     service.record_decision(
-        first.id, DecisionBody(turn_digest=digest or "", decision="approve"), source="t"
+        first.id, DecisionBody(turn_digest=digest or "", decision="approve"), OPERATOR
     )
     assert service.run_segment(first.id, "w").outcome is Outcome.COMPLETED
     second, _ = service.start_run("mailer", "go")

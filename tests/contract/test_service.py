@@ -36,8 +36,11 @@ from workers.decisions import DecisionBody
 from workers.events import Pending, RunEventSink
 from workers.keeper import Keeper
 from workers.ledger import LedgerExecutor
+from workers.principals import Principal
 from workers.registry import Registry
 from workers.service import Limits, Outcome, Service
+
+OPERATOR = Principal.trusted("test")
 
 
 class FlakyModel:
@@ -193,7 +196,7 @@ def test_tampered_state_fails_the_run_and_nothing_runs(engine: Engine) -> None:
     service.run_segment(run.id, "w")
     waiting = service.store.runs.require(run.id)
     service.record_decision(
-        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
+        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), OPERATOR
     )
     with engine.begin() as conn:
         blob = conn.execute(text("select suspended_state from agent_runs")).scalar_one()
@@ -215,7 +218,7 @@ def test_retry_continues_a_failed_run_from_its_checkpoint(engine: Engine) -> Non
     service.run_segment(run.id, "w")
     waiting = service.store.runs.require(run.id)
     service.record_decision(
-        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), source="t"
+        run.id, DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve"), OPERATOR
     )
     service.store.transitions.claim(run.id, "w", service.limits.lease)
     service.store.transitions.finish(run.id, RunStatus.FAILED, owner="w", error="crashed")
@@ -253,10 +256,10 @@ def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
     decision = DecisionBody(turn_digest=digest, decision="approve", calls={"call_1_0": call})
     if body["decision"] == "edit":
         with pytest.raises(DecisionError, match="gives no arguments"):
-            service.record_decision(run.id, decision, source="t")
+            service.record_decision(run.id, decision, OPERATOR)
         assert service.store.runs.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
     else:
-        assert service.record_decision(run.id, decision, source="t").result == "recorded"
+        assert service.record_decision(run.id, decision, OPERATOR).result == "recorded"
 
 
 @pytest.mark.parametrize(
@@ -279,7 +282,7 @@ def test_expiry_applies_the_action_with_its_event(
     digest = service.store.runs.require(decided.id).turn_digest
     assert digest is not None
     service.record_decision(
-        decided.id, DecisionBody(turn_digest=digest, decision="approve"), source="t"
+        decided.id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR
     )
     assert service.expire_approvals() == ()  # not yet due
     clock.advance(seconds=2)
@@ -372,7 +375,7 @@ def test_an_approved_writes_resume_writes_its_events_with_the_started_record(
     service.run_segment(run.id, "w")
     waiting = service.store.runs.require(run.id)
     body = DecisionBody(turn_digest=waiting.turn_digest or "", decision="approve")
-    service.record_decision(run.id, body, source="t")
+    service.record_decision(run.id, body, OPERATOR)
     with sent_to_postgres(monkeypatch) as sent:
         assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
     events = service.store.events.read(run.id)

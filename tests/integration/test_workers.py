@@ -14,7 +14,10 @@ from persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
 from tests.integration.harness import Stack, free_port, wait_for
 from workers.decisions import DecisionBody
+from workers.principals import Principal
 from workers.service import ConflictError
+
+OPERATOR = Principal.trusted("test")
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +26,7 @@ def approve(stack: Stack, run_id: str) -> None:
     run = stack.run(run_id)
     assert run.turn_digest is not None
     body = DecisionBody(turn_digest=run.turn_digest, decision="approve", approver="ann")
-    stack.service.record_decision(run_id, body, source="test")
+    stack.service.record_decision(run_id, body, OPERATOR)
 
 
 def send_key(run_id: str) -> str:
@@ -71,7 +74,7 @@ def test_twenty_concurrent_approvals_resume_once(stack: Stack) -> None:
         )
         barrier.wait()
         try:
-            results[stack.service.record_decision(run.id, body, source="test").result] += 1
+            results[stack.service.record_decision(run.id, body, OPERATOR).result] += 1
         except ConflictError:
             results["conflict"] += 1
 

@@ -1,0 +1,245 @@
+"""Who is calling: the API token, an OIDC/JWT bearer token, or a named approval client's
+webhook signature, verified into a ``Principal`` (or the trusted API-token caller)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import jwt
+from jwt import PyJWKClient
+from jwt.exceptions import (
+    ExpiredSignatureError,
+    ImmatureSignatureError,
+    InvalidAudienceError,
+    InvalidIssuerError,
+    InvalidSignatureError,
+    MissingRequiredClaimError,
+    PyJWKClientConnectionError,
+    PyJWKClientError,
+    PyJWTError,
+)
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from workers.api_metrics import Metrics
+from workers.guard import signed_headers, token_matches
+from workers.principals import Principal
+from workers.problems import ProblemError
+from workers.settings import Settings
+
+JWKS_TIMEOUT = 5.0
+JWKS_LIFESPAN = 300.0
+"""Seconds the issuer's key set is kept before it is fetched again (a token signed by a
+key not in it fetches it sooner, at most once per PyJWKClient's cooldown)."""
+
+
+def _unauthorised(detail: str) -> ProblemError:
+    return ProblemError(401, "Unauthorized", detail)
+
+
+class TokenVerifier:
+    """OIDC / JWT bearer tokens of one issuer: signed by a key of its JWKS (fetched
+    once, cached), for the configured audience, within ``exp`` / ``nbf``; the
+    principal is the ``sub``, its roles the configured claim (a dotted path; a list or
+    a space-separated string)."""
+
+    def __init__(self, config: Settings) -> None:
+        assert config.oidc_issuer is not None and config.oidc_audience is not None
+        self.issuer = config.oidc_issuer
+        self.audience = config.oidc_audience
+        self.algorithms = config.algorithms
+        self.roles_claim = config.oidc_roles_claim
+        self.leeway = config.oidc_leeway
+        self._jwks_url = config.oidc_jwks_url
+        self._client: PyJWKClient | None = None
+        self._lock = threading.Lock()
+
+    def principal(self, token: str) -> Principal:
+        """Raises ``ProblemError``: 401 for a token that does not verify (saying why),
+        503 when the issuer's keys cannot be fetched. Blocking: it may fetch them."""
+        try:
+            header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except PyJWTError as exc:
+            raise _unauthorised(f"the bearer token is not a JWT: {exc}") from exc
+        issuer = unverified.get("iss")
+        if issuer != self.issuer:
+            raise _unauthorised(f"the token's issuer {issuer!r} is not the configured issuer")
+        if header.get("alg") not in self.algorithms:
+            raise _unauthorised(
+                f"the token is signed with {header.get('alg')!r}; "
+                f"accepted: {', '.join(self.algorithms)}"
+            )
+        try:
+            key = self.client().get_signing_key_from_jwt(token)
+        except PyJWKClientConnectionError as exc:
+            raise ProblemError(
+                503, "Issuer unreachable", f"cannot fetch the issuer's keys: {exc}"
+            ) from exc
+        except (PyJWKClientError, PyJWTError) as exc:
+            raise _unauthorised(f"no key of the issuer signs this token: {exc}") from exc
+        claims = self._claims(token, key.key)
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject or len(subject) > 200:
+            raise _unauthorised("the token's sub is not a name of 1 to 200 characters")
+        return Principal(
+            id=subject, method="oidc", roles=frozenset(self._roles(claims)), issuer=self.issuer
+        )
+
+    def _claims(self, token: str, key: Any) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=self.algorithms,
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except ExpiredSignatureError as exc:
+            raise _unauthorised("the token has expired") from exc
+        except ImmatureSignatureError as exc:
+            raise _unauthorised("the token is not valid yet (nbf or iat)") from exc
+        except InvalidAudienceError as exc:
+            raise _unauthorised(f"the token is not for audience {self.audience!r}") from exc
+        except InvalidIssuerError as exc:
+            raise _unauthorised("the token's issuer is not the configured issuer") from exc
+        except InvalidSignatureError as exc:
+            raise _unauthorised("the token's signature does not verify") from exc
+        except MissingRequiredClaimError as exc:
+            raise _unauthorised(f"the token lacks a claim: {exc}") from exc
+        except PyJWTError as exc:
+            raise _unauthorised(f"the token is invalid: {exc}") from exc
+        return claims
+
+    def _roles(self, claims: Mapping[str, Any]) -> list[str]:
+        found: Any = claims
+        for part in self.roles_claim.split("."):
+            found = found.get(part) if isinstance(found, Mapping) else None
+        if isinstance(found, str):
+            return found.split()
+        if isinstance(found, list):
+            return [r for r in found if isinstance(r, str) and r]
+        return []
+
+    def client(self) -> PyJWKClient:
+        with self._lock:
+            if self._client is None:
+                url = self._jwks_url or self._discover()
+                self._client = PyJWKClient(
+                    url, cache_jwk_set=True, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT
+                )
+            return self._client
+
+    def _discover(self) -> str:
+        """The issuer's ``jwks_uri``, from its OpenID configuration."""
+        where = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        try:
+            answer = httpx.get(where, timeout=JWKS_TIMEOUT)
+            answer.raise_for_status()
+            url = answer.json()["jwks_uri"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise ProblemError(
+                503, "Issuer unreachable", f"cannot read {where} for the issuer's keys: {exc}"
+            ) from exc
+        if not isinstance(url, str):
+            raise ProblemError(503, "Issuer unreachable", f"{where} names no jwks_uri")
+        return url
+
+
+@dataclass(frozen=True)
+class Client:
+    """A named approval client, as configured."""
+
+    name: str
+    roles: frozenset[str]
+    verifiers: tuple[Webhook, ...]
+
+
+class Authenticator:
+    """The API's one door: which caller a request is, before its body is read (the run
+    endpoints, an approval's bearer token), and which approval client signed an
+    approval (once its body is read)."""
+
+    def __init__(self, config: Settings, metrics: Metrics) -> None:
+        self.api_token = config.api_token
+        self.tokens = TokenVerifier(config) if config.oidc_issuer else None
+        self.clients = tuple(
+            Client(name, frozenset(c.roles), tuple(Webhook(s) for s in c.secrets))
+            for name, c in config.clients.items()
+        )
+        self._metrics = metrics
+
+    @property
+    def open(self) -> bool:
+        """No API token and no issuer: the run endpoints take anyone."""
+        return not self.api_token and self.tokens is None
+
+    def bearer(self, authorization: str | None) -> str | None:
+        """The token of ``Authorization: Bearer <token>``."""
+        if authorization is None:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+
+    def caller(self, authorization: str | None) -> Principal | None:
+        """The caller of a run endpoint: None for the API token's holder (a trusted
+        backend) or anyone when the API is open; else the token's principal. Raises
+        ``ProblemError`` (401). Blocking when the issuer's keys must be fetched."""
+        if self.api_token and token_matches(authorization, self.api_token):
+            return None
+        token = self.bearer(authorization)
+        if self.tokens is not None and token is not None and token.count(".") == 2:
+            return self.tokens.principal(token)
+        if self.open:
+            return None
+        accepted = "Authorization: Bearer <AIRLOCK_API_TOKEN>" if self.api_token else ""
+        if self.tokens is not None:
+            accepted += (" or " if accepted else "Authorization: Bearer ") + "<an OIDC token>"
+        raise _unauthorised(f"send {accepted}")
+
+    def approver(self, headers: Mapping[str, str]) -> Principal | None:
+        """Before an approval's body is read: the principal of its bearer token, or None
+        for a signed webhook (its headers checked, its signature checked with the body
+        by ``client``). Raises ``ProblemError`` (401; 503 when nothing is configured)."""
+        if "webhook-signature" in headers or not self.tokens:
+            if not self.clients:
+                self._metrics.rejections.labels("not_configured").inc()
+                raise ProblemError(
+                    503,
+                    "Approvals disabled",
+                    "set AIRLOCK_WEBHOOK_SECRET, AIRLOCK_APPROVAL_CLIENTS or AIRLOCK_OIDC_ISSUER",
+                )
+            signed_headers(headers, self._metrics)
+            return None
+        token = self.bearer(headers.get("authorization"))
+        if token is None:
+            self._metrics.rejections.labels("missing_headers").inc()
+            raise ProblemError(
+                401,
+                "Unsigned",
+                "sign the approval (webhook-id, webhook-timestamp, webhook-signature) "
+                "or send Authorization: Bearer <an OIDC token>",
+            )
+        return self.tokens.principal(token)
+
+    def client(self, raw: bytes, headers: dict[str, str]) -> tuple[Client, str]:
+        """The approval client whose secret signed ``raw``, and the webhook id. Raises
+        ``ProblemError`` (401)."""
+        webhook_id = signed_headers(headers, self._metrics)
+        for client in self.clients:
+            for verifier in client.verifiers:  # several secrets while one is rotated out
+                try:
+                    verifier.verify(raw, headers, json_parse=False)
+                    return client, webhook_id
+                except (WebhookVerificationError, ValueError, UnicodeDecodeError):
+                    continue
+        self._metrics.rejections.labels("signature").inc()
+        raise ProblemError(
+            401, "Bad signature", "no webhook-signature matches a configured client's secret"
+        )

@@ -1,0 +1,150 @@
+"""Who decides: the principal a decision is made by, as the auth layer verified it, and
+what it may decide (roles, separation of duties, quorum). Pure: no HTTP, no database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import JsonValue
+
+from loop import Agent, Approve, Edit, SuspendedRunState
+from loop.decisions import Decisions
+from loop.gate import resolve
+
+Method = Literal["webhook", "oidc", "cli", "api", "airlock"]
+
+
+class ForbiddenError(Exception):
+    """The principal may not make this decision (403): a role it does not hold, its own
+    run, or an ``approver`` that is not who it is."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A verified identity that decides.
+
+    - ``webhook``: a named approval client signed the request; ``id`` is the end
+      approver it vouches for (or ``client:<name>`` when it names none), with the roles
+      the client may speak for.
+    - ``oidc``: a JWT's ``sub``, with the roles of its configured claim.
+    - ``cli``: the operator (``--as``, with the OS user), who holds every role.
+    - ``api``: a caller of the Python API, trusted as the operator is.
+    - ``airlock``: Airlock itself (the expiry's deny).
+    """
+
+    id: str
+    method: Method
+    roles: frozenset[str] = frozenset()
+    every_role: bool = False
+    client: str | None = None
+    issuer: str | None = None
+    os_user: str | None = None
+    names_itself: bool = field(default=True, compare=False)
+    """Whether a body's ``approver`` must equal ``id`` (false for a client that vouches
+    for whoever the body names: its ``id`` is taken from the body)."""
+
+    @classmethod
+    def of_client(cls, name: str, roles: frozenset[str], approver: str | None) -> Principal:
+        return cls(
+            id=approver or f"client:{name}",
+            method="webhook",
+            roles=roles,
+            client=name,
+            names_itself=False,
+        )
+
+    @classmethod
+    def operator(cls, name: str, *, os_user: str | None = None) -> Principal:
+        """The CLI's operator: trusted with every role (they hold the database)."""
+        return cls(id=name, method="cli", every_role=True, os_user=os_user)
+
+    @classmethod
+    def trusted(cls, name: str) -> Principal:
+        """A caller of the Python API, trusted as the operator is."""
+        return cls(id=name, method="api", every_role=True)
+
+    @property
+    def source(self) -> str:
+        """The ``source`` of its decision events, as before principals (``webhook``,
+        ``cli``, ``expiry``, …)."""
+        return "expiry" if self.method == "airlock" else self.method
+
+    def holds_any(self, roles: tuple[str, ...]) -> bool:
+        return not roles or self.every_role or not self.roles.isdisjoint(roles)
+
+    def auth(self, roles: list[str]) -> dict[str, JsonValue]:
+        """How it was authenticated, for the audit: method, the client / issuer / OS
+        user, and the roles it acted with."""
+        found: dict[str, JsonValue] = {"method": self.method}
+        for key, value in (("client", self.client), ("issuer", self.issuer)):
+            if value is not None:
+                found[key] = value
+        if self.os_user is not None:
+            found["os_user"] = self.os_user
+        found["roles"] = list(roles)
+        return found
+
+
+AIRLOCK = Principal(id="airlock", method="airlock", every_role=True)
+"""Airlock itself: the expiry's deny."""
+
+
+@dataclass(frozen=True)
+class Authority:
+    """What a principal's decision on a turn covers, once it may make it."""
+
+    covered: tuple[str, ...]
+    """The calls it decides (not those a policy or their kind decided)."""
+    approves: bool
+    """Whether it approves (or edits) any call: a decision that approves none is a deny."""
+    quorum: int
+    """How many distinct principals must approve this decision before it applies."""
+    roles: list[str]
+    """The principal's roles that the covered calls asked for."""
+
+
+def authorise(
+    principal: Principal,
+    agent: Agent,
+    state: SuspendedRunState,
+    decisions: Decisions,
+    *,
+    requested_by: str | None,
+) -> Authority:
+    """Whether ``principal`` may make ``decisions`` on the turn ``state`` holds (already
+    checked by ``check_decisions``). Raises ``ForbiddenError``: a covered call whose
+    roles it holds none of; an approval of its own run's calls (unless the agent allows
+    it)."""
+    covered = [
+        (call, d) for call, d, source in resolve(agent, state, decisions) if source == "operator"
+    ]
+    refused: list[str] = []
+    used: set[str] = set()
+    quorum = 1
+    approves = False
+    for call, decision in covered:
+        roles, needed = agent.approval_of(call.name)
+        if not principal.holds_any(roles):
+            refused.append(f"{call.id} ({call.name}: {', '.join(roles)})")
+            continue
+        used.update(r for r in roles if r in principal.roles)
+        if isinstance(decision, Approve | Edit):
+            approves = True
+            quorum = max(quorum, needed)
+    if refused:
+        raise ForbiddenError(
+            f"{principal.id} holds none of the roles that may decide "
+            f"{'call' if len(refused) == 1 else 'calls'} {'; '.join(refused)}"
+        )
+    if approves and requested_by == principal.id and not agent.self_approval:
+        raise ForbiddenError(
+            f"{principal.id} requested this run and may not approve its calls "
+            f"(agent {agent.name!r} does not allow self-approval)"
+        )
+    return Authority(
+        covered=tuple(call.id for call, _ in covered),
+        approves=approves,
+        quorum=quorum,
+        roles=sorted(used),
+    )
