@@ -87,13 +87,14 @@ class Api:
         return self.client.post(f"/v1/runs/{run_id}/approval", content=data, headers=sent)
 
 
-def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}") -> Api:
+def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}", **extra: Any) -> Api:
     config = Settings.model_validate(
         {
             "database_url": url,
             "agents": "tests.integration.agents:AGENTS",
             "webhook_secret": webhook_secret,
             "api_token": TOKEN,
+            **extra,
         }
     )
     enqueued: list[str] = []

@@ -96,6 +96,9 @@ def test_waiting_run_shows_what_is_to_be_approved(api: Api) -> None:
             "requires_approval": True,
             "verdict": "asks",
             "policy_reason": None,
+            "approvers": [],
+            "quorum": 1,
+            "approvals": [],
         }
     ]
     assert (view["iterations"], view["usage"]) == (2, {"prompt_tokens": 30, "completion_tokens": 5})

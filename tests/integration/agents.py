@@ -91,6 +91,28 @@ class FreshIdsModel:
         return ModelResponse(AssistantMessage(content="charged"), Usage(20, 3))
 
 
+@tool(effect=Effect.WRITE, approvers=["payments"])
+def pay(invoice: str, ctx: ToolContext) -> str:
+    """Pay an invoice: only the payments role may approve it."""
+    _record("pay", ctx)
+    return f"paid {invoice}"
+
+
+@tool(effect=Effect.WRITE, approvers=["treasury"], quorum=2)
+def transfer(amount: int, ctx: ToolContext) -> str:
+    """Move money: two distinct approvers of the treasury role must approve it."""
+    _record("transfer", ctx)
+    return f"moved {amount}"
+
+
+def one_call(name: str, **arguments: JsonValue) -> list[dict[str, JsonValue]]:
+    """Call one tool, then answer with what it returned."""
+    return [
+        {"tool_calls": [{"name": name, "arguments": dict(arguments)}]},
+        {"content": "done"},
+    ]
+
+
 def _agent(name: str, steps: list[dict[str, JsonValue]], **kwargs: object) -> Agent:
     return Agent(name=name, model=ScriptedModel(steps), tools=[lookup, send_email], **kwargs)  # type: ignore[arg-type]
 
@@ -103,6 +125,16 @@ AGENTS = [
         approval_policy=lambda tool, arguments: Approve(),
     ),
     _agent("w1", w1()),
+    Agent(name="payments", model=ScriptedModel(one_call("pay", invoice="INV-7")), tools=[pay]),
+    Agent(
+        name="four_eyes", model=ScriptedModel(one_call("transfer", amount=100)), tools=[transfer]
+    ),
+    Agent(
+        name="self_service",
+        model=ScriptedModel(one_call("pay", invoice="INV-8")),
+        tools=[pay],
+        self_approval=True,
+    ),
     _agent("slow_read", w1(lookup_seconds=4.0)),
     _agent("slow_write", w1(send_seconds=4.0)),
     _agent("very_slow_read", w1(lookup_seconds=16.0)),

@@ -1,0 +1,344 @@
+"""Principals over HTTP, on both databases: named approval clients, OIDC tokens from a
+local issuer, roles per tool, the requester's own run, and quorum. Every refusal is
+a problem+json and changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jwt
+import pytest
+from sqlalchemy import text
+
+from tests.api.conftest import SECRET, TOKEN, Api, make_api
+from tests.issuer import Issuer, new_key
+
+PAYMENTS_SECRET = "whsec_" + base64.b64encode(b"payments-desk-secret-0123456789").decode()
+TREASURY = ["treasury"]
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    with Issuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture
+def api(db_url: str, issuer: Issuer) -> Iterator[Api]:
+    api = make_api(
+        db_url,
+        approval_clients={"payments-desk": {"secret": PAYMENTS_SECRET, "roles": ["payments"]}},
+        **issuer.settings(),
+    )
+    yield api
+    api.service.store.engine.dispose()
+
+
+def problem(response: Any, status: int, *words: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    for word in words:
+        assert word in body["detail"], body
+    return body
+
+
+def state_of(api: Api, run_id: str) -> tuple[Any, ...]:
+    """Everything a refused decision must leave as it was."""
+    with api.service.store.engine.connect() as conn:
+        run = conn.execute(
+            text("select status, version, event_seq from agent_runs where id = :id"),
+            {"id": run_id}
+            if api.service.store.connections.postgres
+            else {"id": run_id.replace("-", "")},
+        ).one()
+        counts = tuple(
+            conn.execute(text(f"select count(*) from {table}")).scalar_one()
+            for table in ("decisions", "approvals", "run_events")
+        )
+    return (*run, *counts, tuple(api.enqueued))
+
+
+def by_token(api: Api, run_id: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    return api.client.post(f"/v1/runs/{run_id}/approval", json=body, headers=headers)
+
+
+def events(api: Api, run_id: str, kind: str) -> list[dict[str, Any]]:
+    found = api.client.get(f"/v1/runs/{run_id}/events", headers=api.headers()).json()["events"]
+    return [e["payload"] for e in found if e["kind"] == kind]
+
+
+def approve(digest: str, **extra: Any) -> dict[str, Any]:
+    return {"turn_digest": digest, "decision": "approve", **extra}
+
+
+# -- roles ----------------------------------------------------------------------------
+
+
+def test_a_role_gated_call_is_refused_without_the_role_and_accepted_with_it(
+    api: Api, issuer: Issuer
+) -> None:
+    view = api.waiting("payments")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    call = view["pending"]["calls"][0]
+    assert call["approvers"] == ["payments"] and call["quorum"] == 1
+    before = state_of(api, run_id)
+
+    # the default client (AIRLOCK_WEBHOOK_SECRET) speaks for no role
+    problem(api.approve(run_id, approve(digest, approver="eve")), 403, "eve", "payments")
+    # a token whose roles do not include it
+    support = issuer.bearer("sam", ["support"])
+    problem(by_token(api, run_id, approve(digest), support), 403, "sam", "call_0_0 (pay")
+    # a deny needs the role too
+    deny = {"turn_digest": digest, "decision": "deny", "reason": "no"}
+    problem(by_token(api, run_id, deny, support), 403)
+    assert state_of(api, run_id) == before
+
+    accepted = api.approve(run_id, approve(digest, approver="pat"), secret=PAYMENTS_SECRET)
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["approver"] == "pat"
+    (decision,) = events(api, run_id, "decision")
+    assert decision["principal"] == decision["approver"] == "pat"
+    assert decision["auth"] == {
+        "method": "webhook",
+        "client": "payments-desk",
+        "roles": ["payments"],
+    }
+    assert decision["roles"] == ["payments"] and decision["covered_calls"] == ["call_0_0"]
+    assert api.enqueued.count(run_id) == 2  # created, then the resume
+
+
+def test_a_token_with_the_role_decides_and_the_audit_names_its_issuer(
+    api: Api, issuer: Issuer
+) -> None:
+    view = api.waiting("payments")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    headers = issuer.bearer("paula", ["payments", "support"])
+    assert by_token(api, run_id, approve(digest), headers).status_code == 202
+    (decision,) = events(api, run_id, "decision")
+    assert decision["approver"] == "paula"
+    assert decision["auth"] == {"method": "oidc", "issuer": issuer.url, "roles": ["payments"]}
+    api.segment(run_id)
+    assert api.run(run_id)["status"] == "completed"
+
+
+def test_the_body_cannot_name_someone_else_than_the_token(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("payments")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    before = state_of(api, run_id)
+    headers = issuer.bearer("paula", ["payments"])
+    problem(by_token(api, run_id, approve(digest, approver="ceo"), headers), 403, "ceo", "paula")
+    assert state_of(api, run_id) == before
+    assert by_token(api, run_id, approve(digest, approver="paula"), headers).status_code == 202
+
+
+# -- the requester ----------------------------------------------------------------------
+
+
+def test_the_requester_may_not_approve_their_own_run(api: Api, issuer: Issuer) -> None:
+    alice = issuer.bearer("alice", ["payments"])
+    created = api.client.post("/v1/runs", json={"agent": "payments", "input": "x"}, headers=alice)
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+    assert api.service.get_run(run_id).requested_by == "alice"
+    api.segment(run_id)
+    digest = api.run(run_id)["pending"]["turn_digest"]
+    before = state_of(api, run_id)
+    problem(by_token(api, run_id, approve(digest), alice), 403, "alice requested this run")
+    # nor through a client that vouches for her
+    refused = api.approve(run_id, approve(digest, approver="alice"), secret=PAYMENTS_SECRET)
+    problem(refused, 403, "alice requested this run")
+    assert state_of(api, run_id) == before
+    assert (
+        by_token(api, run_id, approve(digest), issuer.bearer("bob", ["payments"])).status_code
+        == 202
+    )
+
+
+def test_the_requester_may_deny_and_an_agent_may_allow_self_approval(
+    api: Api, issuer: Issuer
+) -> None:
+    alice = issuer.bearer("alice", ["payments"])
+    for agent, body in (
+        ("payments", {"decision": "deny", "reason": "changed my mind"}),
+        ("self_service", {"decision": "approve"}),
+    ):
+        created = api.client.post("/v1/runs", json={"agent": agent, "input": "x"}, headers=alice)
+        run_id = created.json()["id"]
+        api.segment(run_id)
+        digest = api.run(run_id)["pending"]["turn_digest"]
+        answer = by_token(api, run_id, {"turn_digest": digest, **body}, alice)
+        assert answer.status_code == 202, (agent, answer.text)
+
+
+def test_only_a_trusted_client_names_the_requester(api: Api, issuer: Issuer) -> None:
+    named = api.create("payments", requested_by="carol")  # the API token's holder
+    assert api.service.get_run(named["id"]).requested_by == "carol"
+    request = events(api, named["id"], "request")[0]
+    assert request["requested_by"] == "carol"
+    alice = issuer.bearer("alice")
+    body = {"agent": "payments", "input": "x", "requested_by": "carol"}
+    problem(api.client.post("/v1/runs", json=body, headers=alice), 403, "alice")
+    same = {"agent": "payments", "input": "x", "requested_by": "alice"}
+    assert api.client.post("/v1/runs", json=same, headers=alice).status_code == 201
+
+
+# -- quorum -------------------------------------------------------------------------------
+
+
+def test_a_quorum_counts_distinct_principals_and_the_second_decides(
+    api: Api, issuer: Issuer
+) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    call = view["pending"]["calls"][0]
+    assert (call["approvers"], call["quorum"], call["approvals"]) == (TREASURY, 2, [])
+    alice, bob = issuer.bearer("alice", TREASURY), issuer.bearer("bob", TREASURY)
+
+    first = by_token(api, run_id, approve(digest), alice)
+    assert first.status_code == 200, first.text
+    assert first.json()["result"] == "partial"
+    assert first.json()["approved_by"] == ["alice"] and first.json()["quorum"] == 2
+    waiting = api.run(run_id)
+    assert waiting["status"] == "waiting_for_approval"
+    (seen,) = waiting["pending"]["calls"][0]["approvals"]
+    assert seen["principal"] == "alice" and seen["decision"] == "approve"
+    assert seen["auth"]["method"] == "oidc" and seen["auth"]["roles"] == TREASURY
+    (partial,) = events(api, run_id, "approval")
+    assert partial["approved_by"] == ["alice"] and partial["quorum"] == 2
+    assert events(api, run_id, "decision") == []
+
+    # the same principal again: counted once, nothing new
+    before = state_of(api, run_id)
+    again = by_token(api, run_id, approve(digest), alice)
+    assert again.status_code == 200 and again.json()["result"] == "duplicate"
+    assert again.json()["approved_by"] == ["alice"]
+    # the same principal, another decision: refused
+    other = by_token(api, run_id, approve(digest, reason="fine"), alice)
+    problem(other, 409, "alice already approved another decision")
+    assert state_of(api, run_id) == before
+
+    second = by_token(api, run_id, approve(digest), bob)
+    assert second.status_code == 202, second.text
+    assert second.json()["approved_by"] == ["alice", "bob"]
+    (decision,) = events(api, run_id, "decision")
+    assert decision["approved_by"] == ["alice", "bob"] and decision["approver"] == "bob"
+    assert api.enqueued.count(run_id) == 2
+
+    # after the decision: the same approval is a duplicate; a deny is too late
+    late = by_token(api, run_id, approve(digest), issuer.bearer("carol", TREASURY))
+    assert late.status_code == 200 and late.json()["result"] == "duplicate"
+    deny = {"turn_digest": digest, "decision": "deny", "reason": "no"}
+    problem(by_token(api, run_id, deny, issuer.bearer("carol", TREASURY)), 409)
+    api.segment(run_id)
+    assert api.run(run_id)["status"] == "completed"
+
+
+def test_a_deny_during_a_partial_quorum_ends_it_at_once(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    first = by_token(api, run_id, approve(digest), issuer.bearer("alice", TREASURY))
+    assert first.json()["result"] == "partial"
+    deny = {"turn_digest": digest, "decision": "deny", "reason": "not this month"}
+    denied = by_token(api, run_id, deny, issuer.bearer("bob", TREASURY))
+    assert denied.status_code == 202, denied.text
+    late = by_token(api, run_id, approve(digest), issuer.bearer("carol", TREASURY))
+    problem(late, 409, "another decision")
+    api.segment(run_id)
+    done = api.run(run_id)
+    assert done["status"] == "completed"
+    (decision,) = events(api, run_id, "decision")
+    assert decision["approver"] == "bob" and decision["reason"] == "not this month"
+    assert api.service.store.ledger.entries(run_id) == []  # the transfer never ran
+
+
+def test_a_quorum_approval_needs_the_role(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    before = state_of(api, run_id)
+    problem(by_token(api, run_id, approve(digest), issuer.bearer("mallory", ["support"])), 403)
+    assert state_of(api, run_id) == before
+
+
+# -- bad tokens -------------------------------------------------------------------------------
+
+
+def bad_tokens(issuer: Issuer) -> dict[str, tuple[str, str]]:
+    now = int(time.time())
+    unsigned = jwt.encode(
+        {"iss": issuer.url, "aud": "airlock", "sub": "x", "exp": now + 60}, "", algorithm="none"
+    )
+    shared = jwt.encode(
+        {"iss": issuer.url, "aud": "airlock", "sub": "x", "exp": now + 60},
+        "a-shared-secret-of-32-bytes-length!",
+        algorithm="HS256",
+        headers={"kid": issuer.kid},
+    )
+    return {
+        "expired": (issuer.token("x", TREASURY, lifetime=-120), "expired"),
+        "another key": (issuer.token("x", TREASURY, key=new_key()), "signature"),
+        "unknown key id": (issuer.token("x", TREASURY, key=new_key(), kid="k9"), "no key"),
+        "unknown issuer": (issuer.token("x", TREASURY, iss="https://evil.example"), "issuer"),
+        "wrong audience": (issuer.token("x", TREASURY, aud="someone-else"), "audience"),
+        "not yet valid": (issuer.token("x", TREASURY, nbf=now + 600), "not valid yet"),
+        "no subject": (issuer.token("", TREASURY), "sub"),
+        "alg none": (unsigned, "signed with"),
+        "hs256": (shared, "signed with"),
+        "garbage": ("abc.def.ghi", "not a JWT"),
+    }
+
+
+def test_bad_tokens_are_refused_with_401_and_change_nothing(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    before = state_of(api, run_id)
+    for name, (token, why) in bad_tokens(issuer).items():
+        headers = {"Authorization": f"Bearer {token}"}
+        refused = by_token(api, run_id, approve(digest), headers)
+        assert refused.status_code == 401, (name, refused.text)
+        assert why in refused.json()["detail"], (name, refused.json())
+        listed = api.client.get(f"/v1/runs/{run_id}", headers=headers)
+        assert listed.status_code == 401, name
+    assert state_of(api, run_id) == before
+
+
+def test_tokens_open_the_run_endpoints(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("w1")
+    headers = issuer.bearer("reader")
+    assert api.client.get(f"/v1/runs/{view['id']}", headers=headers).status_code == 200
+    assert api.client.get("/v1/runs", headers=headers).status_code == 200
+    problem(api.client.get("/v1/runs", headers={"Authorization": "Bearer nope"}), 401)
+    # the keys were fetched once, and kept
+    assert issuer.fetches == 1
+
+
+def test_an_unreachable_issuer_is_503_and_changes_nothing(db_url: str, issuer: Issuer) -> None:
+    api = make_api(
+        db_url,
+        oidc_issuer=issuer.url,
+        oidc_audience="airlock",
+        oidc_jwks_url="http://127.0.0.1:9/jwks",
+    )
+    try:
+        view = api.waiting("four_eyes")
+        before = state_of(api, view["id"])
+        body = approve(view["pending"]["turn_digest"])
+        answer = by_token(api, view["id"], body, issuer.bearer("alice", TREASURY))
+        problem(answer, 503, "cannot fetch the issuer's keys")
+        assert state_of(api, view["id"]) == before
+    finally:
+        api.service.store.engine.dispose()
+
+
+def test_an_approval_with_neither_signature_nor_token_is_401(api: Api) -> None:
+    view = api.waiting("w1")
+    body = approve(view["pending"]["turn_digest"])
+    problem(by_token(api, view["id"], body, {}), 401, "OIDC token")
+    # the API token is not an approver
+    problem(by_token(api, view["id"], body, {"Authorization": f"Bearer {TOKEN}"}), 401)
+    unknown = "whsec_" + base64.b64encode(b"nobody-knows-this-secret-012345").decode()
+    problem(api.approve(view["id"], body, secret=unknown), 401, "client")
+    assert api.approve(view["id"], body, secret=SECRET).status_code == 202

@@ -1,0 +1,102 @@
+"""A local OIDC issuer for tests: an RSA key the test makes, its OpenID configuration and
+JWKS served over HTTP by a thread on 127.0.0.1 (no network), and tokens it signs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+AUDIENCE = "airlock"
+
+
+def new_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+class Issuer(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.key = new_key()
+        self.kid = "test-key-1"
+        self.fetches = 0
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def __enter__(self) -> Issuer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def jwks(self) -> dict[str, Any]:
+        jwk: dict[str, Any] = RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
+        return {"keys": [jwk | {"kid": self.kid, "alg": "RS256", "use": "sig"}]}
+
+    def settings(self) -> dict[str, str]:
+        """The API's settings for this issuer (roles in the ``roles`` claim)."""
+        return {"oidc_issuer": self.url, "oidc_audience": AUDIENCE}
+
+    def token(
+        self,
+        sub: str,
+        roles: list[str] | None = None,
+        *,
+        lifetime: float = 300,
+        key: rsa.RSAPrivateKey | None = None,
+        kid: str | None = None,
+        **claims: Any,
+    ) -> str:
+        now = int(time.time())
+        payload: dict[str, Any] = {
+            "iss": self.url,
+            "aud": AUDIENCE,
+            "sub": sub,
+            "iat": now,
+            "exp": now + int(lifetime),
+            "roles": roles or [],
+        }
+        payload.update(claims)
+        headers = {"kid": kid or self.kid}
+        return jwt.encode(payload, key or self.key, algorithm="RS256", headers=headers)
+
+    def bearer(self, sub: str, roles: list[str] | None = None, **claims: Any) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(sub, roles, **claims)}"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Issuer
+
+    def do_GET(self) -> None:
+        if self.path == "/.well-known/openid-configuration":
+            body: dict[str, Any] = {
+                "issuer": self.server.url,
+                "jwks_uri": f"{self.server.url}/jwks",
+            }
+        elif self.path == "/jwks":
+            self.server.fetches += 1
+            body = self.server.jwks()
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        del args
