@@ -4,21 +4,32 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Engine
+from pydantic import JsonValue
+from sqlalchemy import Engine, event
 
 from persistence.db import make_engine
-from persistence.domain import RunStatus
-from persistence.store import RunStore
+from persistence.domain import DecisionOutcome, RunStatus
+from persistence.store import Event, RunStore
 from tests.contract.helpers import APPROVE, DENY, LEASE, waiting_run
 
 T = TypeVar("T")
 WORKERS = 20
+Body = dict[str, JsonValue]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -108,3 +119,112 @@ def test_concurrent_event_appends_stay_gap_free(repo: RunStore) -> None:
     seqs = [s for batch in all_at_once(WORKERS, write) for s in batch]
     assert sorted(seqs) == list(range(1, WORKERS * per_writer + 1))
     assert [e.seq for e in repo.events.read(run.id, limit=10_000)] == sorted(seqs)
+
+
+# -- approvals toward a quorum ------------------------------------------------------------
+
+
+def vote(repo: RunStore, run_id: str, digest: str, principal: str, quorum: int) -> DecisionOutcome:
+    def audit(approved_by: tuple[str, ...], reached: bool) -> list[Event]:
+        return [("decision" if reached else "approval", {"approved_by": list(approved_by)})]
+
+    return repo.decisions.approve(
+        run_id,
+        digest,
+        APPROVE,
+        principal=principal,
+        auth={"method": "test"},
+        quorum=quorum,
+        audit=audit,
+    )
+
+
+def test_twenty_concurrent_approvals_reach_a_quorum_once(repo: RunStore) -> None:
+    """Five principals, four requests each, a quorum of three: exactly one approval
+    decides, with exactly three principals counted, and the events stay gap-free."""
+    run, state = waiting_run(repo)
+    results = all_at_once(
+        WORKERS, lambda i: vote(repo, run.id, state.turn_digest, f"p{i % 5}", quorum=3)
+    )
+    tally = Counter(r.result for r in results)
+    assert tally["recorded"] == 1, tally
+    assert set(tally) <= {"recorded", "partial", "duplicate"}
+    (won,) = [r for r in results if r.result == "recorded"]
+    assert len(won.approved_by) == 3 == len(set(won.approved_by))
+    after = repo.runs.require(run.id)
+    assert after.status is RunStatus.QUEUED and after.version == run.version + 1
+    approvals = repo.decisions.approvals(run.id, state.turn_digest)
+    assert 3 <= len(approvals) <= 5 and len({a.principal for a in approvals}) == len(approvals)
+    kinds = [(e.seq, e.kind) for e in repo.events.read(run.id)]
+    assert [k for _, k in kinds].count("decision") == 1
+    assert [s for s, _ in kinds] == list(range(1, len(kinds) + 1))
+
+
+@contextmanager
+def held_after_insert(
+    engine: Engine, table: str
+) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """The first INSERT into ``table`` waits, inside its transaction, until the second
+    yielded event is set (the first is set once it waits): the statement boundary
+    where a second approver races the first."""
+    release, held = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if (
+            statement.lstrip().upper().startswith(f"INSERT INTO {table.upper()}")
+            and not held.is_set()
+        ):
+            held.set()
+            assert release.wait(10)
+
+    event.listen(engine, "after_cursor_execute", hold)
+    try:
+        yield held, release
+    finally:
+        release.set()
+        event.remove(engine, "after_cursor_execute", hold)
+
+
+def test_an_approval_waits_for_the_one_before_it_to_commit(
+    repo: RunStore, pooled_engine: Engine
+) -> None:
+    """Alice's approval is held right after its row is written, its transaction open.
+    Bob's, sent meanwhile, waits on the run's row instead of counting without hers,
+    then counts both and decides. (Without the lock each would count only itself, and
+    a quorum of two would never be reached.)"""
+    run, state = waiting_run(repo)
+    hold = held_after_insert(pooled_engine, "approvals")
+    with hold as (held, release), ThreadPoolExecutor(2) as pool:
+        alice = pool.submit(vote, repo, run.id, state.turn_digest, "alice", 2)
+        wait_until(held.is_set)
+        bob = pool.submit(vote, repo, run.id, state.turn_digest, "bob", 2)
+        done, _ = wait([bob], timeout=0.5)  # bob cannot finish while alice holds the row
+        assert not done
+        release.set()
+        assert alice.result().result == "partial"
+        decided = bob.result()
+    assert decided.result == "recorded" and decided.approved_by == ("alice", "bob")
+    assert repo.runs.require(run.id).status is RunStatus.QUEUED
+
+
+def test_a_deny_sent_during_an_open_approval_waits_and_then_wins(
+    repo: RunStore, pooled_engine: Engine
+) -> None:
+    run, state = waiting_run(repo)
+    with (
+        held_after_insert(pooled_engine, "approvals") as (held, release),
+        ThreadPoolExecutor(2) as pool,
+    ):
+        alice = pool.submit(vote, repo, run.id, state.turn_digest, "alice", 2)
+        wait_until(held.is_set)
+        deny = pool.submit(
+            repo.decisions.record_decision, run.id, state.turn_digest, DENY, approver="bob"
+        )
+        done, _ = wait([deny], timeout=0.5)
+        assert not done
+        release.set()
+        assert alice.result().result == "partial"
+        assert deny.result().result == "recorded"
+    late = vote(repo, run.id, state.turn_digest, "carol", 2)
+    assert late.result == "conflict" and late.stored is not None
+    assert late.stored.decision == DENY
