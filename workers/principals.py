@@ -116,8 +116,11 @@ def authorise(
     checked by ``check_decisions``). Raises ``ForbiddenError``: a covered call whose
     roles it holds none of; an approval of its own run's calls (unless the agent allows
     it)."""
+    # the calls a person decides: not those a policy or their kind (a read) settled
     covered = [
-        (call, d) for call, d, source in resolve(agent, state, decisions) if source == "operator"
+        (call, d)
+        for call, d, source in resolve(agent, state, decisions)
+        if source == "operator" and call.requires_approval
     ]
     refused: list[str] = []
     used: set[str] = set()

@@ -117,6 +117,14 @@ class Settings(BaseSettings):
         for url in (self.oidc_issuer, self.oidc_jwks_url):
             if url and not url.startswith(("https://", "http://")):
                 raise ValueError(f"AIRLOCK_OIDC_ISSUER and _JWKS_URL are URLs, got {url!r}")
+        owners: dict[str, str] = {}
+        for name, client in self.clients.items():
+            for secret in client.secrets:
+                if owners.setdefault(secret, name) != name:
+                    raise ValueError(
+                        f"approval clients {owners[secret]!r} and {name!r} share a secret: "
+                        "a signature must name one client"
+                    )
         algorithms = self.algorithms
         if not algorithms or any(a == "none" or a.startswith("HS") for a in algorithms):
             raise ValueError(
