@@ -179,3 +179,35 @@ def test_approve_shows_the_turn_and_quotes_a_digest(
     denied = airlock("deny", other, "--reason", "no", "--digest", quoted, env=cli_env, cwd=tmp_path)
     assert denied.returncode == 0, denied.stderr
     assert service.store.runs.require(other).status is RunStatus.QUEUED
+
+
+def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quorum(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    # the requester may not approve their own run, even as the operator
+    mine, _ = service.start_run("four_eyes", "move it", requested_by="alice")
+    service.run_segment(mine.id, "cli-test")
+    refused = airlock("approve", mine.id, "--as", "alice", env=cli_env, cwd=tmp_path)
+    assert refused.returncode == 1 and "alice requested this run" in refused.stderr
+    assert service.store.runs.require(mine.id).status is RunStatus.WAITING_FOR_APPROVAL
+
+    first = airlock("approve", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "1 of 2 approvals" in first.stdout
+    again = airlock("approve", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0 and "already recorded" in again.stdout
+    assert service.store.runs.require(mine.id).status is RunStatus.WAITING_FOR_APPROVAL
+    second = airlock("approve", mine.id, "--approver", "ops-bo", env=cli_env, cwd=tmp_path)
+    assert second.returncode == 0 and "queued to resume" in second.stdout
+    assert service.store.runs.require(mine.id).status is RunStatus.QUEUED
+    (approval,) = [e.payload for e in service.store.events.read(mine.id) if e.kind == "approval"]
+    auth = approval["auth"]
+    assert isinstance(auth, dict) and auth["method"] == "cli" and auth["os_user"]
+    (decision,) = [e.payload for e in service.store.events.read(mine.id) if e.kind == "decision"]
+    assert decision["approved_by"] == ["ops-ann", "ops-bo"]
+
+    # without --as, the OS user decides
+    other = waiting(service)
+    assert airlock("approve", other, env=cli_env, cwd=tmp_path).returncode == 0
+    (decided,) = [e.payload for e in service.store.events.read(other) if e.kind == "decision"]
+    assert decided["principal"] == auth["os_user"]

@@ -38,7 +38,7 @@ from workers.keeper import Keeper
 from workers.ledger import LedgerExecutor
 from workers.principals import Principal
 from workers.registry import Registry
-from workers.service import Limits, Outcome, Service
+from workers.service import ConflictError, Limits, Outcome, Service
 
 OPERATOR = Principal.trusted("test")
 
@@ -529,3 +529,40 @@ def test_a_segment_that_lost_its_lease_stops_before_acting(engine: Engine) -> No
     assert [e.kind for e in repo.events.read(run.id)] == ["request"]
     assert repo.ledger.entries(run.id) == []
     assert repo.runs.require(run.id).lease_owner == "w2"
+
+
+def test_expiry_applies_to_a_partial_quorum_and_refuses_later_approvals(
+    engine: Engine, clock: FakeClock
+) -> None:
+    from tests.integration.agents import one_call, transfer
+
+    slow = Agent(
+        name="slow_four_eyes",
+        model=ScriptedModel(one_call("transfer", amount=9)),
+        tools=[transfer],
+        approval_ttl=timedelta(seconds=1),
+    )
+    service = Service(
+        store=RunStore(engine, clock=clock),
+        registry=Registry([*AGENTS, slow]),
+        enqueue=Woken(),
+        clock=clock,
+    )
+    run, _ = service.start_run("slow_four_eyes", "x")
+    assert service.run_segment(run.id, "w").outcome is Outcome.SUSPENDED
+    digest = service.store.runs.require(run.id).turn_digest or ""
+    body = DecisionBody(turn_digest=digest, decision="approve")
+    alice = Principal(id="alice", method="oidc", roles=frozenset({"treasury"}))
+    assert service.record_decision(run.id, body, alice).result == "partial"
+    clock.advance(seconds=2)
+    bob = Principal(id="bob", method="oidc", roles=frozenset({"treasury"}))
+    with pytest.raises(ConflictError) as late:  # expired, though the beat has not run yet
+        service.record_decision(run.id, body, bob)
+    assert late.value.expired
+    assert service.expire_approvals() == (run.id,)
+    decided = service.store.decisions.decision_for(run.id, digest)
+    assert decided is not None and decided.decision["reason"] == "approval expired"
+    with pytest.raises(ConflictError, match="another decision"):
+        service.record_decision(run.id, body, bob)
+    assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
+    assert service.store.ledger.entries(run.id) == []  # the transfer never ran
