@@ -32,6 +32,10 @@ from workers.views import EventPage, RunPage, RunView, event_view, run_view
 
 log = logging.getLogger("airlock")
 
+MAX_SEQ = 2**31 - 1
+"""The largest event number (an INTEGER column); a larger ``after`` is 422, not a
+database error."""
+
 
 class CreateRun(TextBody):
     model_config = ConfigDict(extra="forbid")
@@ -164,7 +168,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     @app.get("/v1/runs/{run_id}/events", dependencies=auth, responses=doc(EventPage))
     def run_events(
         run_id: str,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     ) -> SafeJSONResponse:
         events: list[JsonValue] = [

@@ -218,8 +218,11 @@ def _detail(kind: str, payload: dict[str, Any]) -> str:
             return f"model call {payload['iteration']}: {calls}"
         case "tool":
             return f"{payload['name']} → {payload['outcome']}: {payload['result'][:60]}"
-        case "decision":
-            return f"{payload['decision']} by {payload['approver']} via {payload['source']}"
+        case "decision" | "approval":
+            auth = payload.get("auth") or {}
+            client = f" (client {auth['client']})" if "client" in auth else ""
+            verb = payload["decision"] if kind == "decision" else "approval"
+            return f"{verb} by {payload['approver']} via {payload['source']}{client}"
         case "suspended":
             return f"waiting on {', '.join(c['name'] for c in payload['calls'])}"
         case _:

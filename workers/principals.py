@@ -3,7 +3,7 @@ what it may decide (roles, separation of duties, quorum). Pure: no HTTP, no data
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pydantic import JsonValue
@@ -41,8 +41,8 @@ class Principal:
     issuer: str | None = None
     os_user: str | None = None
     names_itself: bool = field(default=True, compare=False)
-    """Whether a body's ``approver`` must equal ``id`` (false for a client that vouches
-    for whoever the body names: its ``id`` is taken from the body)."""
+    """Whether a body's ``approver`` must equal ``id``; false for a principal that
+    vouches for whoever the body names, who is then the principal (``vouching``)."""
 
     @classmethod
     def of_client(cls, name: str, roles: frozenset[str], approver: str | None) -> Principal:
@@ -61,14 +61,29 @@ class Principal:
 
     @classmethod
     def trusted(cls, name: str) -> Principal:
-        """A caller of the Python API, trusted as the operator is."""
-        return cls(id=name, method="api", every_role=True)
+        """A caller of the Python API, trusted as the operator is; like an approval
+        client, it vouches for the ``approver`` a decision's body names (``name``
+        when it names none)."""
+        return cls(id=name, method="api", every_role=True, names_itself=False)
 
     @property
     def source(self) -> str:
         """The ``source`` of its decision events, as before principals (``webhook``,
         ``cli``, ``expiry``, …)."""
         return "expiry" if self.method == "airlock" else self.method
+
+    def vouching(self, approver: str | None) -> Principal:
+        """The principal that decides when a body names ``approver``: this one, or (for
+        one that vouches) the approver it names. Raises ``ForbiddenError`` when a
+        principal that names itself is named otherwise."""
+        if approver is None or approver == self.id:
+            return self
+        if self.names_itself:
+            raise ForbiddenError(
+                f"the body names approver {approver!r}, but the request is "
+                f"authenticated as {self.id!r}"
+            )
+        return replace(self, id=approver)
 
     def holds_any(self, roles: tuple[str, ...]) -> bool:
         return not roles or self.every_role or not self.roles.isdisjoint(roles)

@@ -242,11 +242,7 @@ class Service:
         who it is) and ``ConflictError`` (not waiting, another turn, another decision
         already won, or another approval by this principal).
         """
-        if body.approver is not None and principal.names_itself and body.approver != principal.id:
-            raise ForbiddenError(
-                f"the body names approver {body.approver!r}, but the request is "
-                f"authenticated as {principal.id!r}"
-            )
+        principal = principal.vouching(body.approver)
         run = self.store.runs.get(run_id)
         if run is None:
             raise UnknownRunError(f"no run has id {run_id!r}")
