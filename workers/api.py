@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
@@ -24,7 +24,7 @@ from workers.api_metrics import Metrics
 from workers.auth import Authenticator
 from workers.decisions import DecisionBody, TextBody
 from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, Gate
-from workers.principals import ForbiddenError, Principal
+from workers.principals import ForbiddenError, Principal, check_name
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
 from workers.service import ConflictError, Service
 from workers.settings import Settings
@@ -46,6 +46,11 @@ class CreateRun(TextBody):
     requested_by: str | None = Field(default=None, min_length=1, max_length=200)
     """Who asked for the run, named by a trusted client (the API token's holder); a
     token's principal is the requester itself."""
+
+    @field_validator("requested_by")
+    @classmethod
+    def _requester(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "requested_by")
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:

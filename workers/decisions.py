@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Literal, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
 from loop.decisions import Decisions
+from workers.principals import check_name
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
 
@@ -53,6 +54,11 @@ class DecisionBody(TextBody):
     reason: str | None = Field(default=None, max_length=2000)
     approver: str | None = Field(default=None, max_length=200)
     calls: dict[str, CallDecisionBody] | None = None
+
+    @field_validator("approver")
+    @classmethod
+    def _approver(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "approver")
 
     def stored(self) -> dict[str, JsonValue]:
         """The decision as recorded; two requests with equal ``stored()`` are the same decision."""

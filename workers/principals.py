@@ -3,6 +3,7 @@ what it may decide (roles, separation of duties, quorum). Pure: no HTTP, no data
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -13,6 +14,20 @@ from loop.decisions import Decisions
 from loop.gate import resolve
 
 Method = Literal["webhook", "oidc", "cli", "api", "airlock"]
+
+
+MAX_NAME = 200
+
+
+def check_name(value: str, what: str = "a principal's name") -> str:
+    """A principal's name as the tables can hold it and an audit can show it: 1 to
+    200 characters, none of them a control character (NUL, newline, escape) or a lone
+    surrogate. Raises ``ValueError``."""
+    if not value or len(value) > MAX_NAME:
+        raise ValueError(f"{what} must be 1 to {MAX_NAME} characters")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        raise ValueError(f"{what} holds a control character or a lone surrogate")
+    return value
 
 
 class ForbiddenError(Exception):
@@ -43,6 +58,9 @@ class Principal:
     names_itself: bool = field(default=True, compare=False)
     """Whether a body's ``approver`` must equal ``id``; false for a principal that
     vouches for whoever the body names, who is then the principal (``vouching``)."""
+
+    def __post_init__(self) -> None:
+        check_name(self.id)
 
     @classmethod
     def of_client(cls, name: str, roles: frozenset[str], approver: str | None) -> Principal:

@@ -5,6 +5,7 @@ a problem+json and changes nothing."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -342,3 +343,21 @@ def test_an_approval_with_neither_signature_nor_token_is_401(api: Api) -> None:
     unknown = "whsec_" + base64.b64encode(b"nobody-knows-this-secret-012345").decode()
     problem(api.approve(view["id"], body, secret=unknown), 401, "client")
     assert api.approve(view["id"], body, secret=SECRET).status_code == 202
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "line\nbreak", "\x1b[31mred", "x" * 201, "", "\ud800"])
+def test_hostile_principal_names_are_refused_at_the_door(
+    api: Api, issuer: Issuer, name: str
+) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    before = state_of(api, run_id)
+    raw = json.dumps(approve(digest, approver=name)).encode()
+    problem(api.approve(run_id, {}, raw=raw, secret=SECRET), 422)
+    token = issuer.token(name, TREASURY)
+    refused = by_token(api, run_id, approve(digest), {"Authorization": f"Bearer {token}"})
+    problem(refused, 401, "sub")
+    body = json.dumps({"agent": "w1", "input": "x", "requested_by": name}).encode()
+    created = api.client.post("/v1/runs", content=body, headers=api.headers())
+    problem(created, 422)
+    assert state_of(api, run_id) == before
