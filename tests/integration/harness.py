@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -172,6 +173,21 @@ class Stack:
         wait_ready(worker)
         return worker
 
+    def api(self, **env: str) -> str:
+        """Start ``airlock api`` on a free port (with ``env`` over the stack's settings)
+        and return its base URL once it answers."""
+        port = free_port()
+        api = Process(
+            "api",
+            [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
+            airlock_env(self.config, self.outbox) | env,
+            self.tmp / "api.log",
+        ).start()
+        self.processes.append(api)
+        base = f"http://127.0.0.1:{port}"
+        wait_for("the API", lambda: _answers(f"{base}/healthz"), timeout=30)
+        return base
+
     def beat(self) -> Process:
         beat = celery_beat(self.config, self.outbox, self.tmp / "beat.log", self.tmp).start()
         self.processes.append(beat)
@@ -215,6 +231,15 @@ class Stack:
 
     def kinds(self, run_id: str) -> list[str]:
         return [e.kind for e in self.service.store.events.read(run_id)]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        time.sleep(0.1)
+        return False
 
 
 class PrivateRedis:

@@ -4,9 +4,7 @@ gets the signed notification and answers with a signed approval."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +17,7 @@ from standardwebhooks import Webhook
 
 from tests.api.conftest import OLD_SECRET, SECRET, TOKEN
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Process, airlock_env, free_port, wait_for
+from tests.integration.harness import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -96,17 +94,8 @@ def test_create_wait_notify_approve_complete_over_http(
         AIRLOCK_NOTIFY_URL=receiver.url,
         AIRLOCK_NOTIFY_SECRET=NOTIFY_SECRET,
     )
-    port = free_port()
-    api = Process(
-        "api",
-        [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
-        airlock_env(stack.config, stack.outbox),
-        stack.tmp / "api.log",
-    ).start()
-    stack.processes.append(api)
-    base = f"http://127.0.0.1:{port}"
+    base = stack.api()
     receiver.api = base
-    wait_for("the API", lambda: _ok(f"{base}/healthz"), timeout=30)
     stack.worker()
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -137,11 +126,3 @@ def test_create_wait_notify_approve_complete_over_http(
         if e["kind"] == "decision"
     )
     assert decision["payload"]["approver"] == "bot"
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        time.sleep(0.1)
-        return False

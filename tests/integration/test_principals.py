@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,7 +20,7 @@ from standardwebhooks import Webhook
 from persistence.domain import RunStatus
 from tests.api.conftest import SECRET, TOKEN
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
+from tests.integration.harness import Stack, wait_for
 from tests.issuer import AUDIENCE, Issuer
 
 pytestmark = pytest.mark.integration
@@ -107,22 +105,12 @@ def deployment(
         AIRLOCK_WEBHOOK_SECRET=SECRET,
         AIRLOCK_API_TOKEN=TOKEN,
     )
-    port = free_port()
     clients = {"treasury-desk": {"secret": TREASURY_SECRET, "roles": TREASURY}}
-    env = airlock_env(stack.config, stack.outbox) | {
-        "AIRLOCK_OIDC_ISSUER": issuer.url,
-        "AIRLOCK_OIDC_AUDIENCE": AUDIENCE,
-        "AIRLOCK_APPROVAL_CLIENTS": json.dumps(clients),
-    }
-    api = Process(
-        "api",
-        [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
-        env,
-        stack.tmp / "api.log",
-    ).start()
-    stack.processes.append(api)
-    base = f"http://127.0.0.1:{port}"
-    wait_for("the API", lambda: _ok(f"{base}/healthz"), timeout=30)
+    base = stack.api(
+        AIRLOCK_OIDC_ISSUER=issuer.url,
+        AIRLOCK_OIDC_AUDIENCE=AUDIENCE,
+        AIRLOCK_APPROVAL_CLIENTS=json.dumps(clients),
+    )
     stack.worker()
     return Deployment(stack, base, issuer)
 
@@ -212,11 +200,3 @@ def test_a_deny_during_a_partial_quorum_ends_it(deployment: Deployment) -> None:
     assert d.by_token(run_id, approve(digest), "carol", TREASURY).status_code == 409
     assert stack.executions()[f"transfer {run_id}:call_0_0"] == 0
     assert stack.service.store.ledger.entries(run_id) == []
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        time.sleep(0.1)
-        return False
