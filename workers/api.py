@@ -20,6 +20,7 @@ from starlette.types import Scope
 from loop import DecisionError
 from persistence.domain import Run, RunStatus
 from persistence.store import UnknownRunError
+from workers import inbox
 from workers.api_metrics import Metrics
 from workers.auth import Authenticator
 from workers.decisions import DecisionBody, TextBody
@@ -72,6 +73,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     _run_routes(app, service)
     _approval_route(app, service, auth, metrics)
     _operations(app, service, metrics, check_broker)
+    inbox.mount(app, service, auth, config)
     return app
 
 

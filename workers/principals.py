@@ -13,7 +13,7 @@ from loop import Agent, Approve, Edit, SuspendedRunState
 from loop.decisions import Decisions
 from loop.gate import resolve
 
-Method = Literal["webhook", "oidc", "cli", "api", "airlock"]
+Method = Literal["webhook", "oidc", "cli", "api", "inbox", "airlock"]
 
 
 MAX_NAME = 200
@@ -45,6 +45,8 @@ class Principal:
     - ``oidc``: a JWT's ``sub``, with the roles of its configured claim.
     - ``cli``: the operator (``--as``, with the OS user), who holds every role.
     - ``api``: a caller of the Python API, trusted as the operator is.
+    - ``inbox``: signed in to the inbox with the API token, as the name given, trusted
+      as the operator is.
     - ``airlock``: Airlock itself (the expiry's deny).
     """
 

@@ -470,9 +470,12 @@ class Service:
         agent: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> Page:
-        """Newest first, keyset-paginated. Raises ``BadCursorError``."""
-        return self.store.queries.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
+        """Newest first (or oldest first), keyset-paginated. Raises ``BadCursorError``."""
+        return self.store.queries.list_runs(
+            status=status, agent=agent, limit=limit, cursor=cursor, oldest_first=oldest_first
+        )
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
         """The run's audit stream. Raises ``UnknownRunError``."""

@@ -31,8 +31,9 @@ class Queries:
         agent: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> Page:
-        """Newest first, keyset-paginated on (created_at, id)."""
+        """Newest first (or oldest first), keyset-paginated on (created_at, id)."""
         query = sql.run_select()
         if status is not None:
             query = query.where(RUNS.c.status == status.value)
@@ -40,13 +41,22 @@ class Queries:
             query = query.where(RUNS.c.agent == agent)
         if cursor is not None:
             created, rid = decode_cursor(cursor)
-            query = query.where(
-                or_(
+            if oldest_first:
+                after = or_(
+                    RUNS.c.created_at > created,
+                    and_(RUNS.c.created_at == created, RUNS.c.id > rid),
+                )
+            else:
+                after = or_(
                     RUNS.c.created_at < created,
                     and_(RUNS.c.created_at == created, RUNS.c.id < rid),
                 )
-            )
-        query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc()).limit(limit + 1)
+            query = query.where(after)
+        if oldest_first:
+            query = query.order_by(RUNS.c.created_at, RUNS.c.id)
+        else:
+            query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc())
+        query = query.limit(limit + 1)
         with self._ctx.conns.one() as s:
             rows = s.execute(query).all()
             runs = tuple(self._runs.opened(r._mapping) for r in rows[:limit])

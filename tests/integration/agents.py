@@ -105,6 +105,16 @@ def transfer(amount: int, ctx: ToolContext) -> str:
     return f"moved {amount}"
 
 
+@tool(effect=Effect.WRITE)
+def send_note(to: str, amount: int, body: str, ctx: ToolContext) -> str:
+    """Send a note about an amount (a write)."""
+    _record("send_note", ctx)
+    return f"noted {amount} for {to}"
+
+
+HOSTILE_BODY = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+
+
 def one_call(name: str, **arguments: JsonValue) -> list[dict[str, JsonValue]]:
     """Call one tool, then answer with what it returned."""
     return [
@@ -128,6 +138,13 @@ AGENTS = [
     Agent(name="payments", model=ScriptedModel(one_call("pay", invoice="INV-7")), tools=[pay]),
     Agent(
         name="four_eyes", model=ScriptedModel(one_call("transfer", amount=100)), tools=[transfer]
+    ),
+    Agent(
+        name="notes",
+        model=ScriptedModel(
+            one_call("send_note", to="ops@example.com", amount=12, body=HOSTILE_BODY)
+        ),
+        tools=[send_note],
     ),
     Agent(
         name="self_service",

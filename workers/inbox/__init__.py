@@ -1,0 +1,500 @@
+"""The approver inbox (``/inbox``): server-rendered pages where people see what waits,
+decide per call, and read a run's story. Every decision goes through
+``Service.record_decision``, as the webhook's and the CLI's do."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import JsonValue
+from starlette.staticfiles import StaticFiles
+
+from loop import Agent, DecisionError, StateError
+from persistence.domain import Run, RunStatus
+from persistence.store import BadCursorError, UnknownRunError
+from workers.auth import Authenticator
+from workers.decisions import DecisionBody
+from workers.inbox.forms import Field, FormError, decision_of, fields_of
+from workers.inbox.session import COOKIE, Session, Sessions, csrf_ok, session_key
+from workers.principals import ForbiddenError, Principal, check_name
+from workers.problems import ProblemError
+from workers.service import ConflictError, DecisionResult, Service
+from workers.settings import Settings
+from workers.views import event_view, pending_view
+
+HERE = Path(__file__).parent
+PAGE = 25
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+STATUSES = {"waiting": "waiting", "recent": "recently decided or finished", "all": "all"}
+
+
+def mount(app: FastAPI, service: Service, auth: Authenticator, config: Settings) -> None:
+    """Add the inbox's pages and its assets to the API."""
+    Inbox(service, auth, Sessions(session_key(config))).routes(app)
+
+
+class Inbox:
+    def __init__(self, service: Service, auth: Authenticator, sessions: Sessions) -> None:
+        self.service = service
+        self.auth = auth
+        self.sessions = sessions
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(["html"], default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(name).render(**context)
+        return HTMLResponse(html, status, headers=HEADERS)
+
+    def session(self, request: Request) -> Session | None:
+        return self.sessions.read(request.cookies.get(COOKIE))
+
+    def same_origin(self, request: Request) -> bool:
+        """A form posted from another site is refused whatever its cookie says."""
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if not origin or origin == "null":
+            return origin is None
+        return urlsplit(origin).netloc == request.headers.get("host")
+
+    async def form(self, request: Request, session: Session | None) -> dict[str, str]:
+        """The posted form, once it came from this site with this sign-in's CSRF token.
+        Raises ``ProblemError`` (403)."""
+        if not self.same_origin(request):
+            raise ProblemError(403, "Forbidden", "the form was posted from another site")
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if session is not None and not csrf_ok(session, fields.get("csrf")):
+            raise ProblemError(403, "Forbidden", "the form's CSRF token is missing or stale")
+        return fields
+
+    def to_login(self) -> RedirectResponse:
+        return RedirectResponse("/inbox/login", 303, headers=HEADERS)
+
+    # -- routes ------------------------------------------------------------------------
+
+    def routes(self, app: FastAPI) -> None:
+        app.mount("/inbox/static", StaticFiles(directory=HERE / "static"), name="inbox-static")
+
+        @app.get("/inbox/login", include_in_schema=False)
+        def login_page(request: Request) -> Response:
+            return self.page("login.html", **self.login_context())
+
+        @app.post("/inbox/login", include_in_schema=False)
+        async def login(request: Request) -> Response:
+            form = await self.form(request, None)
+            try:
+                principal, expires = await run_in_threadpool(self.sign_in, form)
+            except (ValueError, ProblemError) as exc:
+                detail = exc.detail if isinstance(exc, ProblemError) else str(exc)
+                return self.page("login.html", 401, error=detail, **self.login_context())
+            cookie, _ = self.sessions.issue(principal, expires)
+            response = RedirectResponse("/inbox", 303, headers=HEADERS)
+            response.set_cookie(
+                COOKIE,
+                cookie,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path="/inbox",
+            )
+            return response
+
+        @app.post("/inbox/logout", include_in_schema=False)
+        async def logout(request: Request) -> Response:
+            session = self.session(request)
+            if session is not None:
+                await self.form(request, session)
+            response = self.to_login()
+            response.delete_cookie(COOKIE, path="/inbox")
+            return response
+
+        @app.get("/inbox", include_in_schema=False)
+        def queue(request: Request) -> Response:
+            session = self.session(request)
+            if session is None:
+                return self.to_login()
+            return self.page("queue.html", **self.queue(request.query_params, session))
+
+        @app.get("/inbox/queue", include_in_schema=False)
+        def queue_rows(request: Request) -> Response:
+            session = self.session(request)
+            if session is None:
+                return Response(status_code=401, headers=HEADERS)
+            return self.page("rows.html", **self.queue(request.query_params, session))
+
+        @app.get("/inbox/runs/{run_id}", include_in_schema=False)
+        def run_page(run_id: str, request: Request) -> Response:
+            session = self.session(request)
+            if session is None:
+                return self.to_login()
+            notice = request.query_params.get("notice")
+            return self.run_page(run_id, session, notice=notice)
+
+        @app.post("/inbox/runs/{run_id}/decide", include_in_schema=False)
+        async def decide(run_id: str, request: Request) -> Response:
+            session = self.session(request)
+            if session is None:
+                return self.to_login()
+            form = await self.form(request, session)
+            return await run_in_threadpool(self.decide, run_id, form, session)
+
+        @app.post("/inbox/bulk", include_in_schema=False)
+        async def bulk(request: Request) -> Response:
+            session = self.session(request)
+            if session is None:
+                return self.to_login()
+            form = await self.form(request, session)
+            return await run_in_threadpool(self.bulk, form, session)
+
+    # -- sign-in -------------------------------------------------------------------------
+
+    def login_context(self) -> dict[str, Any]:
+        return {
+            "api_token": bool(self.auth.api_token),
+            "oidc": self.auth.tokens is not None,
+            "open": self.auth.open,
+        }
+
+    def sign_in(self, form: Mapping[str, str]) -> tuple[Principal, float | None]:
+        """The principal a sign-in form names. Raises ``ValueError`` / ``ProblemError``."""
+        token = (form.get("token") or "").strip()
+        name = (form.get("name") or "").strip()
+        api_token = self.auth.api_token
+        if api_token and hmac.compare_digest(token.encode(), api_token.encode()):
+            return _operator(name), None
+        if self.auth.tokens is not None and token.count(".") == 2:
+            principal = self.auth.tokens.principal(token)
+            return principal, _expiry(token)
+        if self.auth.open and not token:
+            return _operator(name), None
+        raise ValueError("the token is neither the API token nor a token of the configured issuer")
+
+    # -- the queue -------------------------------------------------------------------------
+
+    def queue(self, params: Mapping[str, str], session: Session) -> dict[str, Any]:
+        status = params.get("status") or "waiting"
+        status = status if status in STATUSES else "waiting"
+        agent = params.get("agent") or None
+        tool = params.get("tool") or None
+        search = (params.get("q") or "").strip()
+        cursor = params.get("cursor") or None
+        error = None
+        runs: list[Run] = []
+        next_cursor = None
+        if search and _is_uuid(search):
+            try:
+                runs = [self.service.get_run(search)]
+            except UnknownRunError:
+                runs = []
+        else:
+            try:
+                page = self.service.list_runs(
+                    status=RunStatus.WAITING_FOR_APPROVAL if status == "waiting" else None,
+                    agent=agent,
+                    limit=PAGE,
+                    cursor=cursor,
+                    oldest_first=status == "waiting",
+                )
+                runs, next_cursor = list(page.runs), page.next_cursor
+            except BadCursorError as exc:
+                error = str(exc)
+        if status == "recent":
+            runs = [r for r in runs if r.status is not RunStatus.WAITING_FOR_APPROVAL]
+        rows = [self.row(r) for r in runs]
+        if tool:
+            rows = [r for r in rows if tool in r["tools"]]
+        if search and not _is_uuid(search):
+            needle = search.lower()
+            rows = [r for r in rows if needle in json.dumps(r["metadata"]).lower()]
+        filters = {"status": status, "agent": agent or "", "tool": tool or "", "q": search}
+        more = urlencode({**filters, "cursor": next_cursor}) if next_cursor else None
+        return {
+            "session": session,
+            "rows": rows,
+            "filters": filters,
+            "statuses": STATUSES,
+            "agents": self.service.registry.names,
+            "more": more,
+            "query": urlencode(filters),
+            "error": error,
+        }
+
+    def row(self, run: Run) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        pending = pending_view(self.service, run)
+        found = pending.get("calls") if isinstance(pending, dict) else None
+        calls: list[Any] = found if isinstance(found, list) else []
+        return {
+            "id": run.id,
+            "agent": run.agent,
+            "status": run.status.value,
+            "requested_by": run.requested_by,
+            "waiting": _ago(now, run.suspended_at) if pending else None,
+            "expires": _until(now, run.expires_at) if pending else None,
+            "calls": len(calls),
+            "tools": sorted({c["name"] for c in calls if c.get("requires_approval")}),
+            "digest": run.turn_digest,
+            "metadata": run.metadata,
+            "created": run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+
+    # -- a run -------------------------------------------------------------------------------
+
+    def run_page(
+        self,
+        run_id: str,
+        session: Session,
+        *,
+        notice: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+        form: Mapping[str, str] | None = None,
+    ) -> HTMLResponse:
+        try:
+            run = self.service.get_run(run_id)
+        except UnknownRunError:
+            return self.page("missing.html", 404, session=session, run_id=run_id)
+        pending = pending_view(self.service, run)
+        transcript: list[dict[str, Any]] = []
+        forms: dict[str, list[Field]] = {}
+        try:
+            state = self.service.pending(run)
+        except StateError:
+            state = None
+        if state is not None:
+            agent = self.agent(run)
+            transcript = [_message(m) for m in state.transcript]
+            for call in state.pending_calls:
+                forms[call.id] = fields_of(agent, call)
+        events = [event_view(e) for e in self.service.events(run.id)]
+        return self.page(
+            "run.html",
+            status,
+            session=session,
+            run=run,
+            pending=pending,
+            transcript=transcript,
+            forms=forms,
+            events=[_timeline(e) for e in events],
+            notice=NOTICES.get(notice or ""),
+            error=error,
+            form=form or {},
+        )
+
+    def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
+        try:
+            run = self.service.get_run(run_id)
+            state = self.service.pending(run)
+        except UnknownRunError:
+            return self.page("missing.html", 404, session=session, run_id=run_id)
+        except StateError as exc:
+            return self.run_page(run_id, session, error=str(exc), status=409)
+        if state is None or run.turn_digest != form.get("turn_digest"):
+            return self.run_page(run_id, session, error=STALE, status=409)
+        agent = self.agent(run)
+        forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
+        try:
+            body = decision_of(form, list(state.pending_calls), forms)
+            result = self.service.record_decision(run_id, body, session.principal)
+        except (FormError, DecisionError) as exc:
+            return self.run_page(run_id, session, error=str(exc), status=422, form=form)
+        except ForbiddenError as exc:
+            return self.run_page(run_id, session, error=str(exc), status=403, form=form)
+        except ConflictError as exc:
+            return self.run_page(run_id, session, error=_explained(exc), status=409)
+        query = urlencode({"notice": result.result})
+        return RedirectResponse(f"/inbox/runs/{run_id}?{query}", 303, headers=HEADERS)
+
+    def agent(self, run: Run) -> Agent | None:
+        registry = self.service.registry
+        return registry.get(run.agent) if run.agent in registry else None
+
+    # -- bulk ------------------------------------------------------------------------------
+
+    def bulk(self, form: Mapping[str, str], session: Session) -> Response:
+        chosen = [k.removeprefix("run.") for k in form if k.startswith("run.")]
+        action = form.get("action")
+        reason = (form.get("reason") or "").strip() or None
+        results: list[dict[str, Any]] = []
+        error = None
+        if action not in ("approve", "deny"):
+            error = "choose approve or deny"
+        elif action == "deny" and reason is None:
+            error = "a deny needs a reason: the model is told"
+        elif not chosen:
+            error = "select at least one run"
+        else:
+            kinds = set()
+            for run_id in chosen:
+                try:
+                    kinds.add(self.kind(self.service.get_run(run_id)))
+                except (UnknownRunError, StateError):
+                    kinds.add(("?", ()))
+            if len(kinds) != 1:
+                error = "select runs of one agent waiting on the same tools"
+        if error is None:
+            for run_id in chosen:
+                results.append(self.decide_one(run_id, form, session, action or "", reason))
+        return self.page(
+            "bulk.html", 422 if error else 200, session=session, results=results, error=error
+        )
+
+    def kind(self, run: Run) -> tuple[str, tuple[str, ...]]:
+        state = self.service.pending(run)
+        tools = (
+            tuple(sorted({c.name for c in state.pending_calls if c.requires_approval}))
+            if state
+            else ()
+        )
+        return run.agent, tools
+
+    def decide_one(
+        self,
+        run_id: str,
+        form: Mapping[str, str],
+        session: Session,
+        action: str,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        """One run of a bulk decision: its own decision, on the turn the page showed."""
+        digest = form.get(f"digest.{run_id}") or ""
+        body: dict[str, JsonValue] = {"turn_digest": digest, "decision": action, "reason": reason}
+        try:
+            result: DecisionResult = self.service.record_decision(
+                run_id, DecisionBody.model_validate(body), session.principal
+            )
+            return {
+                "run_id": run_id,
+                "ok": True,
+                "outcome": NOTICES.get(result.result, result.result),
+            }
+        except (UnknownRunError, ConflictError, ForbiddenError, DecisionError, ValueError) as exc:
+            return {"run_id": run_id, "ok": False, "outcome": _explained(exc)}
+
+
+def _operator(name: str) -> Principal:
+    """Signed in with the API token (or to an open API): an operator, every role."""
+    return Principal(id=check_name(name, "your name"), method="inbox", every_role=True)
+
+
+def _explained(exc: Exception) -> str:
+    """A refusal as the page says it: a decided or moved-on turn in plain words."""
+    text = str(exc)
+    stale = ("another decision", "not the digest", "not waiting")
+    return STALE if any(s in text for s in stale) else text
+
+
+STALE = "this turn was already decided (or the run moved on): reload to see where it is now"
+NOTICES = {
+    "recorded": "Decision recorded: the run resumes.",
+    "partial": "Your approval is recorded; the call needs more approvals.",
+    "duplicate": "This decision was already recorded; nothing changed.",
+}
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _ago(now: datetime, then: datetime | None) -> str | None:
+    return _span((now - then).total_seconds()) if then is not None else None
+
+
+def _until(now: datetime, then: datetime | None) -> str | None:
+    if then is None:
+        return None
+    left = (then - now).total_seconds()
+    return "expired" if left <= 0 else _span(left)
+
+
+def _span(seconds: float) -> str:
+    s = int(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d {s % 86400 // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60}s"
+    return f"{s}s"
+
+
+def _message(message: Any) -> dict[str, Any]:
+    return {
+        "role": message.role,
+        "content": getattr(message, "content", None),
+        "calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in getattr(message, "tool_calls", ())
+        ],
+        "name": getattr(message, "name", None),
+        "is_error": getattr(message, "is_error", False),
+    }
+
+
+def _timeline(event: dict[str, Any]) -> dict[str, Any]:
+    payload = event["payload"] if isinstance(event["payload"], dict) else {}
+    who = payload.get("principal") or payload.get("approver") or payload.get("by")
+    auth = payload.get("auth") if isinstance(payload.get("auth"), dict) else None
+    return {**event, "who": who, "auth": auth, "summary": _summary(event["kind"], payload)}
+
+
+def _summary(kind: str, payload: dict[str, Any]) -> str:
+    match kind:
+        case "decision" | "approval":
+            tally = (
+                f" ({len(payload.get('approved_by', []))} of {payload['quorum']})"
+                if "quorum" in payload
+                else ""
+            )
+            return f"{payload.get('decision', 'approve')}{tally}" + (
+                f": {payload['reason']}" if payload.get("reason") else ""
+            )
+        case "tool":
+            return f"{payload.get('name')} → {payload.get('outcome')}"
+        case "llm":
+            names = ", ".join(c.get("name", "?") for c in payload.get("tool_calls", []))
+            return f"model call {payload.get('iteration')}: {names or 'answer'}"
+        case "suspended":
+            return "waiting on " + ", ".join(c.get("name", "?") for c in payload.get("calls", []))
+        case _:
+            return ""
+
+
+def _expiry(token: str) -> float | None:
+    import jwt  # noqa: PLC0415
+
+    exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    return float(exp) if isinstance(exp, int | float) else None
