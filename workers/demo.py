@@ -242,6 +242,8 @@ def run_dev(console: Console, port: int) -> int:
     config.home.mkdir(parents=True, exist_ok=True)
     migrate()
     console.rule("[bold]airlock dev[/bold]")
+    inbox = f"http://127.0.0.1:{port}/inbox"
+    console.print(f"inbox      {inbox}  (sign in with the API token below and your name)")
     console.print(f"database   {config.database_url}")
     console.print(f"broker     {config.broker_url} ({config.broker_folder})")
     console.print(f"API        http://127.0.0.1:{port}  (docs at /docs)")

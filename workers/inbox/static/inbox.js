@@ -90,7 +90,12 @@
   });
   form.querySelectorAll("fieldset.edit").forEach(function (fieldset) {
     fieldset.querySelectorAll("[data-field]").forEach(function (input) {
-      const update = function () { check(input); diff(fieldset); };
+      const update = function () {
+        check(input);
+        diff(fieldset);
+        const error = document.getElementById("form-error");
+        if (!form.querySelector('[aria-invalid="true"]')) error.hidden = true;
+      };
       input.addEventListener("input", update);
       input.addEventListener("change", update);
     });
