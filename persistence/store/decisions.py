@@ -54,15 +54,10 @@ class Decisions:
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        now = self._ctx.now()
-        row: dict[str, Any] = {
-            "run_id": rid,
-            "turn_digest": turn_digest,
-            "decision": self._ctx.cipher.seal_json(decision),
-            "approver": approver,
-            "webhook_id": webhook_id,
-            "created_at": now,
-        }
+        record = DecisionRecord(
+            run_id, turn_digest, decision, approver, webhook_id, self._ctx.now()
+        )
+        row, now = self._row(record), record.created_at
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
             with self._ctx.conns.one() as s:
@@ -70,14 +65,6 @@ class Decisions:
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
             return self._explain_lost(run_id, turn_digest, decision, webhook_id)
-        record = DecisionRecord(
-            run_id=run_id,
-            turn_digest=turn_digest,
-            decision=decision,
-            approver=approver,
-            webhook_id=webhook_id,
-            created_at=now,
-        )
         return DecisionOutcome("recorded", record)
 
     def approve(
@@ -105,7 +92,10 @@ class Decisions:
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        now = self._ctx.now()
+        record = DecisionRecord(
+            run_id, turn_digest, decision, principal, webhook_id, self._ctx.now()
+        )
+        now = record.created_at
         proposal = proposal_of(run_id, turn_digest, decision)
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
@@ -129,14 +119,7 @@ class Decisions:
                 reached = len(approved_by) >= quorum
                 events = audit(approved_by, reached)
                 if reached:
-                    row = {
-                        "run_id": rid,
-                        "turn_digest": turn_digest,
-                        "decision": self._ctx.cipher.seal_json(decision),
-                        "approver": principal,
-                        "webhook_id": webhook_id,
-                        "created_at": now,
-                    }
+                    row = self._row(record)
                     if not self._ctx.sql.decide(s, params, row, events, expiry=False):
                         raise _NotWaitingError
                 elif not self._ctx.sql.with_events(
@@ -147,15 +130,18 @@ class Decisions:
             return self._explain_lost(run_id, turn_digest, decision, webhook_id, principal)
         if not reached:
             return DecisionOutcome("partial", approved_by=approved_by)
-        record = DecisionRecord(
-            run_id=run_id,
-            turn_digest=turn_digest,
-            decision=decision,
-            approver=principal,
-            webhook_id=webhook_id,
-            created_at=now,
-        )
         return DecisionOutcome("recorded", record, approved_by=approved_by)
+
+    def _row(self, record: DecisionRecord) -> dict[str, Any]:
+        """The ``decisions`` row of ``record``, its decision sealed."""
+        return {
+            "run_id": parse_run_id(record.run_id),
+            "turn_digest": record.turn_digest,
+            "decision": self._ctx.cipher.seal_json(record.decision),
+            "approver": record.approver,
+            "webhook_id": record.webhook_id,
+            "created_at": record.created_at,
+        }
 
     def approvals(self, run_id: str, turn_digest: str) -> list[ApprovalRecord]:
         """The approvals recorded for a turn, oldest first."""

@@ -14,6 +14,7 @@ from standardwebhooks import Webhook
 
 from persistence.db import make_engine
 from persistence.store import RunStore
+from tests.issuer import Issuer
 from workers.api import create_app
 from workers.registry import Registry
 from workers.service import Service
@@ -105,6 +106,13 @@ def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}", **extra: 
     )
     app = create_app(service, config, check_broker=lambda: None)
     return Api(TestClient(app), service, enqueued)
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    """A local OIDC issuer (see ``tests.issuer``)."""
+    with Issuer() as issuer:
+        yield issuer
 
 
 @pytest.fixture

@@ -16,12 +16,6 @@ from tests.issuer import Issuer
 
 
 @pytest.fixture
-def issuer() -> Iterator[Issuer]:
-    with Issuer() as issuer:
-        yield issuer
-
-
-@pytest.fixture
 def api(db_url: str, issuer: Issuer) -> Iterator[Api]:
     api = make_api(db_url, **issuer.settings())
     yield api

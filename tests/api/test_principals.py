@@ -22,12 +22,6 @@ TREASURY = ["treasury"]
 
 
 @pytest.fixture
-def issuer() -> Iterator[Issuer]:
-    with Issuer() as issuer:
-        yield issuer
-
-
-@pytest.fixture
 def api(db_url: str, issuer: Issuer) -> Iterator[Api]:
     api = make_api(
         db_url,
