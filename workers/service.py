@@ -471,10 +471,19 @@ class Service:
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        statuses: Sequence[RunStatus] = (),
+        metadata_contains: str | None = None,
     ) -> Page:
-        """Newest first (or oldest first), keyset-paginated. Raises ``BadCursorError``."""
+        """Newest first (or oldest first), keyset-paginated (see ``Queries.list_runs``).
+        Raises ``BadCursorError``."""
         return self.store.queries.list_runs(
-            status=status, agent=agent, limit=limit, cursor=cursor, oldest_first=oldest_first
+            status=status,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            oldest_first=oldest_first,
+            statuses=statuses,
+            metadata_contains=metadata_contains,
         )
 
     def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, Text, and_, cast, func, or_, select
 
 from persistence.domain import TERMINAL, Page, Run, RunStatus
 from persistence.store import sql
@@ -32,13 +33,22 @@ class Queries:
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        statuses: Sequence[RunStatus] = (),
+        metadata_contains: str | None = None,
     ) -> Page:
-        """Newest first (or oldest first), keyset-paginated on (created_at, id)."""
+        """Newest first (or oldest first), keyset-paginated on (created_at, id).
+        ``statuses``: any of these; ``metadata_contains``: text found in the metadata's
+        JSON, ignoring case."""
         query = sql.run_select()
         if status is not None:
             query = query.where(RUNS.c.status == status.value)
+        if statuses:
+            query = query.where(RUNS.c.status.in_([s.value for s in statuses]))
         if agent is not None:
             query = query.where(RUNS.c.agent == agent)
+        if metadata_contains:
+            text = func.lower(cast(RUNS.c["metadata"], Text))
+            query = query.where(text.contains(metadata_contains.lower(), autoescape=True))
         if cursor is not None:
             created, rid = decode_cursor(cursor)
             if oldest_first:

@@ -216,25 +216,23 @@ class Inbox:
             except UnknownRunError:
                 runs = []
         else:
+            moved_on = tuple(s for s in RunStatus if s is not RunStatus.WAITING_FOR_APPROVAL)
             try:
                 page = self.service.list_runs(
                     status=RunStatus.WAITING_FOR_APPROVAL if status == "waiting" else None,
+                    statuses=moved_on if status == "recent" else (),
                     agent=agent,
                     limit=PAGE,
                     cursor=cursor,
                     oldest_first=status == "waiting",
+                    metadata_contains=search or None,
                 )
                 runs, next_cursor = list(page.runs), page.next_cursor
             except BadCursorError as exc:
                 error = str(exc)
-        if status == "recent":
-            runs = [r for r in runs if r.status is not RunStatus.WAITING_FOR_APPROVAL]
         rows = [self.row(r) for r in runs]
-        if tool:
+        if tool:  # the calls are in the (sealed) checkpoint: filtered on the page read
             rows = [r for r in rows if tool in r["tools"]]
-        if search and not _is_uuid(search):
-            needle = search.lower()
-            rows = [r for r in rows if needle in json.dumps(r["metadata"]).lower()]
         filters = {"status": status, "agent": agent or "", "tool": tool or "", "q": search}
         more = urlencode({**filters, "cursor": next_cursor}) if next_cursor else None
         return {
