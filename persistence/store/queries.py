@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Select, Text, and_, cast, func, or_, select
+from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, or_, select
 
 from persistence.domain import TERMINAL, Page, Run, RunStatus
 from persistence.store import sql
@@ -47,8 +48,7 @@ class Queries:
         if agent is not None:
             query = query.where(RUNS.c.agent == agent)
         if metadata_contains:
-            text = func.lower(cast(RUNS.c["metadata"], Text))
-            query = query.where(text.contains(metadata_contains.lower(), autoescape=True))
+            query = query.where(_metadata_holds(metadata_contains))
         if cursor is not None:
             created, rid = decode_cursor(cursor)
             if oldest_first:
@@ -137,6 +137,16 @@ class Queries:
         counts = dict.fromkeys(RunStatus, 0)
         counts.update({RunStatus(status): int(n) for status, n in rows})
         return counts
+
+
+def _metadata_holds(needle: str) -> ColumnElement[bool]:
+    """The metadata's JSON text holds ``needle``, ignoring case; non-ASCII text is
+    stored as ``\\u`` escapes, so it is looked for in that form too."""
+    text = func.lower(cast(RUNS.c["metadata"], Text))
+    plain = needle.lower()
+    escaped = json.dumps(plain)[1:-1]
+    forms = {plain, escaped}
+    return or_(*(text.contains(form, autoescape=True) for form in sorted(forms)))
 
 
 def encode_cursor(run: Run) -> str:

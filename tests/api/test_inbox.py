@@ -78,11 +78,13 @@ def test_the_queue_shows_what_waits_oldest_first_and_filters(api: Api) -> None:
     assert second[:8] in only_notes and first[:8] not in only_notes
     by_tool = api.client.get("/inbox", params={"tool": "send_email"}).text
     assert first[:8] in by_tool and second[:8] not in by_tool
-    ticket = api.create("w1", metadata={"ticket": "T-4711", "note": "50% off"})["id"]
+    ticket = api.create("w1", metadata={"ticket": "T-4711", "note": "50% off", "who": "José"})["id"]
     found = api.client.get("/inbox", params={"q": "t-4711", "status": "all"}).text
     assert ticket[:8] in found and first[:8] not in found
     percent = api.client.get("/inbox", params={"q": "50%", "status": "all"}).text
     assert ticket[:8] in percent and done[:8] not in percent  # % is not a wildcard
+    accented = api.client.get("/inbox", params={"q": "josé", "status": "all"}).text
+    assert ticket[:8] in accented and done[:8] not in accented
     recent = api.client.get("/inbox", params={"status": "recent"}).text
     assert done[:8] in recent and first[:8] not in recent
     by_id = api.client.get("/inbox", params={"q": second, "status": "all"}).text
