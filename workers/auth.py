@@ -61,6 +61,10 @@ class TokenVerifier:
     def principal(self, token: str) -> Principal:
         """Raises ``ProblemError``: 401 for a token that does not verify (saying why),
         503 when the issuer's keys cannot be fetched. Blocking: it may fetch them."""
+        return self.verify(token)[0]
+
+    def verify(self, token: str) -> tuple[Principal, float | None]:
+        """The token's principal and when the token expires (``principal``)."""
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
@@ -90,7 +94,11 @@ class TokenVerifier:
         except ValueError as exc:
             raise _unauthorised(str(exc)) from exc
         roles = frozenset(r for r in self._roles(claims) if _printable(r))
-        return Principal(id=subject, method="oidc", roles=roles, issuer=self.issuer)
+        expires = claims.get("exp")
+        return (
+            Principal(id=subject, method="oidc", roles=roles, issuer=self.issuer),
+            float(expires) if isinstance(expires, int | float) else None,
+        )
 
     def _claims(self, token: str, key: Any) -> dict[str, Any]:
         try:
@@ -103,21 +111,27 @@ class TokenVerifier:
                 leeway=self.leeway,
                 options={"require": ["exp", "iss", "aud", "sub"]},
             )
-        except ExpiredSignatureError as exc:
-            raise _unauthorised("the token has expired") from exc
-        except ImmatureSignatureError as exc:
-            raise _unauthorised("the token is not valid yet (nbf or iat)") from exc
-        except InvalidAudienceError as exc:
-            raise _unauthorised(f"the token is not for audience {self.audience!r}") from exc
-        except InvalidIssuerError as exc:
-            raise _unauthorised("the token's issuer is not the configured issuer") from exc
-        except InvalidSignatureError as exc:
-            raise _unauthorised("the token's signature does not verify") from exc
-        except MissingRequiredClaimError as exc:
-            raise _unauthorised(f"the token lacks a claim: {exc}") from exc
         except PyJWTError as exc:
-            raise _unauthorised(f"the token is invalid: {exc}") from exc
+            raise _unauthorised(self._why(exc)) from exc
         return claims
+
+    def _why(self, exc: PyJWTError) -> str:
+        """What a refused token is told."""
+        match exc:
+            case ExpiredSignatureError():
+                return "the token has expired"
+            case ImmatureSignatureError():
+                return "the token is not valid yet (nbf or iat)"
+            case InvalidAudienceError():
+                return f"the token is not for audience {self.audience!r}"
+            case InvalidIssuerError():
+                return "the token's issuer is not the configured issuer"
+            case InvalidSignatureError():
+                return "the token's signature does not verify"
+            case MissingRequiredClaimError():
+                return f"the token lacks a claim: {exc}"
+            case _:
+                return f"the token is invalid: {exc}"
 
     def _roles(self, claims: Mapping[str, Any]) -> list[str]:
         found: Any = claims

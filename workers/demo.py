@@ -28,6 +28,7 @@ from standardwebhooks import Webhook
 
 from persistence import migrations
 from workers.settings import settings
+from workers.views import event_summary
 
 
 def new_webhook_secret() -> str:
@@ -207,26 +208,8 @@ def _story(console: Console, base: str, secret: str, auth: dict[str, str]) -> No
     events = httpx.get(f"{base}/v1/runs/{run_id}/events", headers=auth).json()["events"]
     table = Table("seq", "event", "detail", title="the audit stream")
     for e in events:
-        table.add_row(str(e["seq"]), e["kind"], _detail(e["kind"], e["payload"]))
+        table.add_row(str(e["seq"]), e["kind"], event_summary(e["kind"], e["payload"]))
     console.print(table)
-
-
-def _detail(kind: str, payload: dict[str, Any]) -> str:
-    match kind:
-        case "llm":
-            calls = ", ".join(c["name"] for c in payload["tool_calls"]) or "answer"
-            return f"model call {payload['iteration']}: {calls}"
-        case "tool":
-            return f"{payload['name']} → {payload['outcome']}: {payload['result'][:60]}"
-        case "decision" | "approval":
-            auth = payload.get("auth") or {}
-            client = f" (client {auth['client']})" if "client" in auth else ""
-            verb = payload["decision"] if kind == "decision" else "approval"
-            return f"{verb} by {payload['approver']} via {payload['source']}{client}"
-        case "suspended":
-            return f"waiting on {', '.join(c['name'] for c in payload['calls'])}"
-        case _:
-            return json.dumps(payload)[:70]
 
 
 # -- dev --------------------------------------------------------------------------------------

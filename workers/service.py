@@ -266,7 +266,7 @@ class Service:
         if authority is not None and authority.approves and authority.quorum > 1:
             return self._approve(
                 run,
-                body=body,
+                stored=stored,
                 principal=principal,
                 authority=authority,
                 payload=payload,
@@ -288,24 +288,25 @@ class Service:
         self,
         run: Run,
         *,
-        body: DecisionBody,
+        stored: dict[str, JsonValue],
         principal: Principal,
         authority: Authority,
         payload: dict[str, JsonValue],
         webhook_id: str | None,
         also: Sequence[Event],
     ) -> DecisionResult:
-        """One principal's approval toward the quorum ``authority`` asks for."""
+        """One principal's approval toward the quorum ``authority`` asks for, on the turn
+        the run waits on (which ``authority`` was worked out for)."""
         quorum = authority.quorum
 
         def audit(approved_by: tuple[str, ...], reached: bool) -> list[Event]:
             tally: dict[str, JsonValue] = {"approved_by": list(approved_by), "quorum": quorum}
             return [*also, ("decision" if reached else "approval", payload | tally)]
 
-        stored = body.stored()
+        assert run.turn_digest is not None
         outcome = self.store.decisions.approve(
             run.id,
-            body.turn_digest,
+            run.turn_digest,
             stored,
             principal=principal.id,
             auth=principal.auth(authority.roles),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -200,3 +202,28 @@ def event_view(event: RunEvent) -> dict[str, JsonValue]:
         "payload": event.payload,
         "created_at": iso(event.created_at),
     }
+
+
+def event_summary(kind: str, payload: dict[str, Any]) -> str:
+    """One line of what an audit event says (the demo's table, the inbox's timeline)."""
+    match kind:
+        case "llm":
+            calls = ", ".join(str(c.get("name")) for c in payload.get("tool_calls", []))
+            return f"model call {payload.get('iteration')}: {calls or 'answer'}"
+        case "tool":
+            result = str(payload.get("result", ""))[:60]
+            return f"{payload.get('name')} → {payload.get('outcome')}: {result}"
+        case "decision" | "approval":
+            verb = payload.get("decision", "approve") if kind == "decision" else "approval"
+            tally = ""
+            if "quorum" in payload:
+                tally = f" ({len(payload.get('approved_by', []))} of {payload['quorum']})"
+            auth = payload.get("auth")
+            client = auth.get("client") if isinstance(auth, dict) else None
+            via = f"{payload.get('source')}" + (f" (client {client})" if client else "")
+            why = f": {payload['reason']}" if payload.get("reason") else ""
+            return f"{verb}{tally} by {payload.get('approver')} via {via}{why}"
+        case "suspended":
+            return "waiting on " + ", ".join(str(c.get("name")) for c in payload.get("calls", []))
+        case _:
+            return json.dumps(payload)[:70]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from loop import Agent, DecisionError, StateError
 from persistence.domain import Run, RunStatus
-from persistence.store import BadCursorError, UnknownRunError
+from persistence.store import BadCursorError, UnknownRunError, parse_run_id
 from workers.auth import Authenticator
 from workers.decisions import DecisionBody
 from workers.inbox.forms import Field, FormError, decision_of, fields_of
@@ -31,7 +30,7 @@ from workers.principals import ForbiddenError, Principal, check_name
 from workers.problems import ProblemError
 from workers.service import ConflictError, DecisionResult, Service
 from workers.settings import Settings
-from workers.views import event_view, pending_view
+from workers.views import event_summary, event_view, pending_view
 
 HERE = Path(__file__).parent
 PAGE = 25
@@ -192,8 +191,7 @@ class Inbox:
         if api_token and hmac.compare_digest(token.encode(), api_token.encode()):
             return _operator(name), None
         if self.auth.tokens is not None and token.count(".") == 2:
-            principal = self.auth.tokens.principal(token)
-            return principal, _expiry(token)
+            return self.auth.tokens.verify(token)
         if self.auth.open and not token:
             return _operator(name), None
         raise ValueError("the token is neither the API token nor a token of the configured issuer")
@@ -210,7 +208,7 @@ class Inbox:
         error = None
         runs: list[Run] = []
         next_cursor = None
-        if search and _is_uuid(search):
+        if search and parse_run_id(search) is not None:
             try:
                 runs = [self.service.get_run(search)]
             except UnknownRunError:
@@ -419,14 +417,6 @@ NOTICES = {
 }
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _ago(now: datetime, then: datetime | None) -> str | None:
     return _span((now - then).total_seconds()) if then is not None else None
 
@@ -466,33 +456,4 @@ def _timeline(event: dict[str, Any]) -> dict[str, Any]:
     payload = event["payload"] if isinstance(event["payload"], dict) else {}
     who = payload.get("principal") or payload.get("approver") or payload.get("by")
     auth = payload.get("auth") if isinstance(payload.get("auth"), dict) else None
-    return {**event, "who": who, "auth": auth, "summary": _summary(event["kind"], payload)}
-
-
-def _summary(kind: str, payload: dict[str, Any]) -> str:
-    match kind:
-        case "decision" | "approval":
-            tally = (
-                f" ({len(payload.get('approved_by', []))} of {payload['quorum']})"
-                if "quorum" in payload
-                else ""
-            )
-            return f"{payload.get('decision', 'approve')}{tally}" + (
-                f": {payload['reason']}" if payload.get("reason") else ""
-            )
-        case "tool":
-            return f"{payload.get('name')} → {payload.get('outcome')}"
-        case "llm":
-            names = ", ".join(c.get("name", "?") for c in payload.get("tool_calls", []))
-            return f"model call {payload.get('iteration')}: {names or 'answer'}"
-        case "suspended":
-            return "waiting on " + ", ".join(c.get("name", "?") for c in payload.get("calls", []))
-        case _:
-            return ""
-
-
-def _expiry(token: str) -> float | None:
-    import jwt  # noqa: PLC0415
-
-    exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
-    return float(exp) if isinstance(exp, int | float) else None
+    return {**event, "who": who, "auth": auth, "summary": event_summary(event["kind"], payload)}
