@@ -5,11 +5,14 @@ that a slow phase of the host falls on both alike. What ``bench.approval_path``
 measures, as a ratio of this checkout to the other.
 
     git worktree add /tmp/before <commit>
-    .venv/bin/python -m bench.paired /tmp/before [--n 100]
+    .venv/bin/python -m bench.paired /tmp/before [--n 100] [--throughput 200 --rounds 6]
 
 Both run in this virtualenv (the other checkout's code, this one's packages). Prints
 each part's median and the ratio, and appends them, with the command, to
-bench/results/paired.jsonl.
+bench/results/paired.jsonl. With ``--throughput RUNS`` it also runs, ``--rounds``
+times on each side in turn, RUNS W1 runs with 4 clients at a time (as
+``bench.approval_path``), and compares the runs per second and the CPU that each
+side's API and worker spent per run.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 
 from bench.approval_path import PARTS, one_approval
-from bench.common import progress, record, temporary_database
+from bench.common import CpuMeter, Proc, progress, record, temporary_database
 from bench.http import Client
-from bench.stack import bench_config, up
+from bench.stack import bench_config, throughput, up
 from tests.integration.harness import (
     ROOT,
     Process,
@@ -71,6 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", type=Path, help="the other checkout")
     parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--throughput", type=int, default=0, metavar="RUNS")
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     other = args.other.resolve()
     revs = {
@@ -98,6 +104,7 @@ def main() -> None:
         for i in range(args.n):
             for name, stack, client, base in sides if i % 2 else sides[::-1]:
                 samples[name].append(one_approval(stack, client, base))
+        rates = _throughput(sides, args.throughput, args.rounds) if args.throughput else {}
     result: dict[str, dict[str, float]] = {}
     for part in (*PARTS, "total", "create"):
         this = statistics.median(s[part] for s in samples["this"]) * 1000
@@ -105,7 +112,42 @@ def main() -> None:
         result[part] = {"this_ms": round(this, 2), "other_ms": round(that, 2)}
         result[part]["ratio"] = round(this / that, 2) if that > 0 else float("nan")
         print(f"{part:>10}: this {this:6.2f}  other {that:6.2f}  ratio {this / that:5.2f}")
-    record("paired", f"paired {args.other} --n {args.n}", result, n=args.n, revs=revs)
+    command = f"paired {args.other} --n {args.n}"
+    if args.throughput:
+        command += f" --throughput {args.throughput} --rounds {args.rounds}"
+        for key, (this, that) in rates.items():
+            result[key] = {"this": this, "other": that, "ratio": round(this / that, 2)}
+            print(f"{key:>18}: this {this:6.2f}  other {that:6.2f}  ratio {this / that:5.2f}")
+    record("paired", command, result, n=args.n, revs=revs)
+
+
+def _in_group(leader: int) -> Callable[[Proc], bool]:
+    """A process of the group a harness process leads (its pool, for a worker)."""
+    return lambda proc: proc.group == leader
+
+
+def _throughput(sides: list[Any], runs: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Runs per second (the median of the rounds) and CPU ms per run (all rounds) of
+    each side's API and worker, rounds alternated."""
+    rates: dict[str, list[float]] = {"this": [], "other": []}
+    cpu: dict[str, dict[str, float]] = {"this": {}, "other": {}}
+    done: dict[str, int] = {"this": 0, "other": 0}
+    for r in range(rounds):
+        for name, stack, _, base in sides if r % 2 else sides[::-1]:
+            progress(f"throughput round {r + 1}/{rounds}: {name}, {runs} runs, 4 clients…")
+            meter = CpuMeter({p.name: _in_group(p.pid) for p in stack.processes})
+            meter.start()
+            rates[name].append(throughput(base, 4, runs))
+            for group, seconds in meter.stop().items():
+                cpu[name][group] = cpu[name].get(group, 0.0) + seconds
+            done[name] += 4 * (runs // 4)
+    out = {"runs_per_s": (statistics.median(rates["this"]), statistics.median(rates["other"]))}
+    for group in ("api", "w1"):
+        out[f"{group.replace('w1', 'worker')}_cpu_ms_per_run"] = (
+            round(cpu["this"][group] / done["this"] * 1000, 2),
+            round(cpu["other"][group] / done["other"] * 1000, 2),
+        )
+    return out
 
 
 if __name__ == "__main__":

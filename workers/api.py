@@ -3,6 +3,7 @@ and the signed approval webhook. Handlers are thin shells over the service."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -25,6 +26,7 @@ from workers.api_metrics import Metrics
 from workers.auth import Authenticator
 from workers.decisions import DecisionBody, TextBody
 from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, Gate
+from workers.hot_routes import HotRoutes
 from workers.principals import ForbiddenError, Principal, check_name
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
 from workers.service import ConflictError, Service
@@ -55,7 +57,9 @@ class CreateRun(TextBody):
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
+    telemetry = _telemetry()
     app = FastAPI(
+        **({} if telemetry is None else {"telemetry": telemetry}),  # type: ignore[arg-type]
         default_response_class=SafeJSONResponse,
         title="Airlock",
         version="0.1.0",
@@ -69,6 +73,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
             extra={"action": "api.open"},
         )
     _errors(app, metrics)
+    app.add_middleware(HotRoutes, service=service)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, service)
     _approval_route(app, service, auth, metrics)
@@ -76,6 +81,24 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     inbox.mount(app, service, auth, config)
     _document_bearer(app)
     return app
+
+
+def _telemetry() -> dict[str, bool] | None:
+    """FastAPI's OpenTelemetry spans, metrics and logs: on when a global provider is
+    set when the app is built (as ``opentelemetry-instrument airlock api`` does), off
+    otherwise. Left to FastAPI, every request asks OpenTelemetry whether a provider
+    was set since, which py-spy showed as the largest single cost of a poll's
+    ``GET`` (a FastAPI without native telemetry: None)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return None
+    from opentelemetry import metrics, trace  # noqa: PLC0415 - FastAPI's own dependency
+    from opentelemetry._logs import get_logger_provider  # noqa: PLC0415
+
+    providers = (trace.get_tracer_provider(), metrics.get_meter_provider(), get_logger_provider())
+    tracing, measuring, logging_ = (
+        not type(p).__name__.lstrip("_").startswith("Proxy") for p in providers
+    )
+    return {"tracing": tracing, "metrics": measuring, "logs": logging_}
 
 
 def _errors(app: FastAPI, metrics: Metrics) -> None:

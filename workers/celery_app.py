@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 
-from workers import embedded_broker, metrics
+from workers import embedded_broker, metrics, redis_broker
 from workers.notify import deliver_due
 from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
@@ -50,6 +50,15 @@ def broker_options(config: Settings) -> dict[str, Any]:
             "store_processed": False,
             "polling_interval": 0.05,
         }
+    if config.visibility_timeout is None:
+        # A wake-up is not worth two Redis transactions per task (kombu's index of
+        # unacknowledged messages, for its redelivery after the visibility timeout):
+        # the database knows what is unfinished. A task whose pool process dies is
+        # still requeued at once by its worker (task_reject_on_worker_lost), and the
+        # messages a worker holds go back to the queue when it stops; those of a
+        # worker that is killed are re-sent by the sweeper (a stale queued run, an
+        # expired lease), as they were before the redelivery's hour had passed.
+        return {"ack_emulation": False}
     # Redis redelivers an unacked message after this long, running or not:
     # it must be longer than the longest segment.
     return {"visibility_timeout": config.visibility_timeout}
@@ -59,6 +68,8 @@ def make_app(config: Settings) -> Celery:
     celery = Celery("airlock", broker=config.broker_url)
     if config.embedded_broker:
         celery.conf.broker_transport = embedded_broker.TRANSPORT
+    elif config.broker_url.startswith("redis://"):  # rediss:// keeps kombu's checks of TLS
+        celery.conf.broker_transport = redis_broker.TRANSPORT
     celery.conf.update(
         broker_transport_options=broker_options(config),
         broker_connection_retry_on_startup=True,

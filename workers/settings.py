@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     # where the embedded broker keeps its queue folders
     home: Path = Path(".airlock")
     lease_seconds: float = Field(default=60.0, gt=0)
-    visibility_timeout: int = Field(default=3600, ge=1)
+    # unset: Redis keeps no index of unacknowledged messages (see broker_options)
+    visibility_timeout: int | None = Field(default=None, ge=1)
     sweep_interval: float = Field(default=15.0, gt=0)
     queued_stale_after: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)

@@ -188,6 +188,21 @@ def test_a_segment_longer_than_the_visibility_timeout_runs_once(
     assert stack.executions()[f"lookup {run.id}:call_0_0"] == 1
 
 
+def test_by_default_redis_keeps_no_copy_of_a_running_segments_message(stack: Stack) -> None:
+    """Without AIRLOCK_VISIBILITY_TIMEOUT kombu keeps no index of unacknowledged
+    messages (two Redis transactions per task): the worker holds the message it runs,
+    and the sweeper recovers a run whose worker died (the test above this one's)."""
+    stack.worker(concurrency=1)
+    run, _ = stack.service.start_run("very_slow_read", "mail")
+    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
+    broker = redis.Redis.from_url(stack.config["AIRLOCK_BROKER_URL"])
+    try:
+        assert broker.llen("airlock") == 0
+        assert broker.exists("unacked", "unacked_index") == 0
+    finally:
+        broker.close()
+
+
 @pytest.mark.parametrize(
     ("agent", "status"),
     [("expires_deny", RunStatus.COMPLETED), ("expires_cancel", RunStatus.CANCELLED)],
