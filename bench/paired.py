@@ -135,15 +135,16 @@ def _throughput(sides: list[Any], runs: int, rounds: int) -> dict[str, tuple[flo
     for r in range(rounds):
         for name, stack, _, base in sides if r % 2 else sides[::-1]:
             progress(f"throughput round {r + 1}/{rounds}: {name}, {runs} runs, 4 clients…")
-            meter = CpuMeter({p.name: _in_group(p.pid) for p in stack.processes})
+            leaders = {p.name: p.pid for p in stack.processes}
+            meter = CpuMeter({"api": _in_group(leaders["api"]), "worker": _in_group(leaders["w1"])})
             meter.start()
             rates[name].append(throughput(base, 4, runs))
             for group, seconds in meter.stop().items():
                 cpu[name][group] = cpu[name].get(group, 0.0) + seconds
             done[name] += 4 * (runs // 4)
     out = {"runs_per_s": (statistics.median(rates["this"]), statistics.median(rates["other"]))}
-    for group in ("api", "w1"):
-        out[f"{group.replace('w1', 'worker')}_cpu_ms_per_run"] = (
+    for group in ("api", "worker"):
+        out[f"{group}_cpu_ms_per_run"] = (
             round(cpu["this"][group] / done["this"] * 1000, 2),
             round(cpu["other"][group] / done["other"] * 1000, 2),
         )
