@@ -13,23 +13,21 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import BaseModel, JsonValue
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
-from loop import DecisionError
 from persistence.domain import Run, RunStatus
-from persistence.store import UnknownRunError
 from workers import inbox
 from workers.api_metrics import Metrics
 from workers.auth import Authenticator
-from workers.decisions import DecisionBody, TextBody
-from workers.guard import MAX_APPROVAL_BODY, MAX_BODY, BodyGate, Gate
+from workers.guard import BodyGate, Gate
+from workers.handlers import CreateRun, Handlers, explain
 from workers.hot_routes import HotRoutes
-from workers.principals import ForbiddenError, Principal, check_name
+from workers.principals import Principal
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
-from workers.service import ConflictError, Service
+from workers.service import Service
 from workers.settings import Settings
 from workers.views import EventPage, RunPage, RunView, event_view, run_view
 
@@ -38,22 +36,6 @@ log = logging.getLogger("airlock")
 MAX_SEQ = 2**31 - 1
 """The largest event number (an INTEGER column); a larger ``after`` is 422, not a
 database error."""
-
-
-class CreateRun(TextBody):
-    model_config = ConfigDict(extra="forbid")
-    agent: str = Field(min_length=1, max_length=200)
-    input: str = Field(max_length=MAX_BODY)
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
-    metadata: dict[str, JsonValue] | None = None
-    requested_by: str | None = Field(default=None, min_length=1, max_length=200)
-    """Who asked for the run, named by a trusted client (the API token's holder); a
-    token's principal is the requester itself."""
-
-    @field_validator("requested_by")
-    @classmethod
-    def _requester(cls, value: str | None) -> str | None:
-        return None if value is None else check_name(value, "requested_by")
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
@@ -73,10 +55,11 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
             extra={"action": "api.open"},
         )
     _errors(app, metrics)
-    app.add_middleware(HotRoutes, service=service)
+    handlers = Handlers(service, auth, metrics)
+    app.add_middleware(HotRoutes, handlers=handlers)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
-    _run_routes(app, service)
-    _approval_route(app, service, auth, metrics)
+    _run_routes(app, handlers)
+    _approval_route(app, handlers)
     _operations(app, service, metrics, check_broker)
     inbox.mount(app, service, auth, config)
     _document_bearer(app)
@@ -114,7 +97,7 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem_response(422, "Unprocessable request", _explain(exc.errors()))
+        return problem_response(422, "Unprocessable request", explain(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -176,29 +159,15 @@ def doc(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any
     return {status: {"model": model} for status in statuses or (200,)}
 
 
-def _run_routes(app: FastAPI, service: Service) -> None:
+def _run_routes(app: FastAPI, handlers: Handlers) -> None:
+    service = handlers.service
+
     def view(run: Run, status: int = 200) -> SafeJSONResponse:
         return SafeJSONResponse(run_view(service, run), status)
 
     @app.post("/v1/runs", status_code=201, responses=doc(RunView, 201, 200))
     def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
-        requested_by = body.requested_by
-        caller = principal_of(request)
-        if caller is not None:
-            if requested_by not in (None, caller.id):
-                raise ForbiddenError(
-                    f"{caller.id} may not name another requester: only a trusted client "
-                    "(the API token's holder) may pass requested_by"
-                )
-            requested_by = caller.id
-        run, created = service.start_run(
-            body.agent,
-            body.input,
-            idempotency_key=body.idempotency_key,
-            metadata=body.metadata,
-            requested_by=requested_by,
-        )
-        return view(run, 201 if created else 200)
+        return handlers.create_run(body, principal_of(request))
 
     @app.get("/v1/runs", responses=doc(RunPage))
     def list_runs(
@@ -235,7 +204,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         return view(service.retry(run_id, by="api"), 202)
 
 
-def _approval_route(app: FastAPI, service: Service, auth: Authenticator, metrics: Metrics) -> None:
+def _approval_route(app: FastAPI, handlers: Handlers) -> None:
     @app.post(
         "/v1/runs/{run_id}/approval",
         status_code=202,
@@ -248,43 +217,10 @@ def _approval_route(app: FastAPI, service: Service, auth: Authenticator, metrics
     )
     async def approval(run_id: str, request: Request) -> SafeJSONResponse:
         raw = await request.body()
-        if len(raw) > MAX_APPROVAL_BODY:
-            metrics.rejections.labels("too_large").inc()
-            raise ProblemError(413, "Body too large", f"the limit is {MAX_APPROVAL_BODY} bytes")
         principal = principal_of(request)
-        webhook_id: str | None = None
-        if principal is None:  # a signed webhook: its client vouches for the approver
-            client, webhook_id = auth.client(raw, dict(request.headers))
-            body = _parse_decision(raw, metrics)
-            principal = Principal.of_client(client.name, client.roles, body.approver)
-        else:
-            body = _parse_decision(raw, metrics)
-        try:
-            result = await run_in_threadpool(
-                service.record_decision, run_id, body, principal, webhook_id=webhook_id
-            )
-        except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:
-            metrics.decisions.labels(_refused(exc)).inc()
-            raise
-        metrics.decisions.labels(result.result).inc()
-        answer: dict[str, JsonValue] = {
-            "run_id": run_id,
-            "result": result.result,
-            "decision": result.decision,
-            "approver": result.approver,
-            "approved_by": list(result.approved_by),
-            "quorum": result.quorum,
-        }
-        return SafeJSONResponse(answer, 202 if result.result == "recorded" else 200)
-
-
-def _refused(exc: Exception) -> str:
-    """The ``airlock_decisions_total`` label of a decision the service refused."""
-    if isinstance(exc, ConflictError):
-        return "expired" if exc.expired else "conflict"
-    if isinstance(exc, ForbiddenError):
-        return "forbidden"
-    return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
+        return await handlers.approve(
+            run_id, raw, request.headers, principal, in_thread=run_in_threadpool
+        )
 
 
 def _operations(
@@ -313,22 +249,6 @@ def _operations(
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def _parse_decision(raw: bytes, metrics: Metrics) -> DecisionBody:
-    try:
-        return DecisionBody.model_validate_json(raw)
-    except ValidationError as exc:
-        metrics.rejections.labels("malformed").inc()
-        raise ProblemError(
-            422, "Malformed decision", _explain(exc.errors(include_url=False))
-        ) from exc
-
-
-def _explain(errors: Any) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors
-    )
 
 
 def default_app() -> FastAPI:

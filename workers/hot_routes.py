@@ -7,53 +7,154 @@ exception and exit-stack middlewares: more CPU than the service's own work, on t
 cores the workers and the database share (measured, see BENCHMARKS.md, issue 17).
 ``HotRoutes`` sits inside the ``BodyGate`` (so the caller is authenticated and the
 body read within its limit, as for every request) and answers ``GET
-/v1/runs/{id}`` itself: the same service call, the same view, the same problem
-documents. Everything else, and any request it does not take as it comes, goes on
-to FastAPI, which also documents these routes."""
+/v1/runs/{id}``, ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval`` with the same
+handlers (``workers.handlers``), views and problem documents as FastAPI's routes.
+
+A create whose body is not a JSON object that ``CreateRun`` takes as it is (another
+content type, a JSON error, a validation error) goes on to FastAPI with its body, so
+every refusal of a create is FastAPI's own. Everything else, and any request it does
+not take as it comes, goes on to FastAPI, which also documents these routes."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from workers.problems import PROBLEMS, SafeJSONResponse, problem_of, problem_response
-from workers.service import Service
+from workers.handlers import CreateRun, Handlers
+from workers.principals import Principal
+from workers.problems import (
+    PROBLEMS,
+    ProblemError,
+    SafeJSONResponse,
+    problem_of,
+    problem_response,
+)
 from workers.views import run_view
 
 T = TypeVar("T")
 
-RUNS = "/v1/runs/"
+RUNS = "/v1/runs"
+APPROVAL = "/approval"
+REFUSED: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
 
 
 class HotRoutes:
-    def __init__(self, app: ASGIApp, *, service: Service, threads: int = 40) -> None:
+    def __init__(self, app: ASGIApp, *, handlers: Handlers, threads: int = 40) -> None:
         self._app = app
-        self._service = service
+        self._handlers = handlers
         # the database is called from threads, as FastAPI does for a sync route; a
         # plain executor's hop costs less than anyio's
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="airlock-api")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
+        if scope["type"] == "http":
             path: str = scope["path"]
-            if path.startswith(RUNS) and "/" not in path[len(RUNS) :] and len(path) > len(RUNS):
-                await self._get_run(path[len(RUNS) :], scope, receive, send)
+            method: str = scope["method"]
+            if method == "GET" and (run_id := _run_id(path, "")) is not None:
+                await self._answer(self._get_run(run_id), scope, receive, send)
                 return
+            if method == "POST":
+                if path == RUNS:
+                    await self._create_run(scope, receive, send)
+                    return
+                if (run_id := _run_id(path, APPROVAL)) is not None:
+                    await self._answer(self._approve(run_id, scope, receive), scope, receive, send)
+                    return
         await self._app(scope, receive, send)
 
-    async def _get_run(self, run_id: str, scope: Scope, receive: Receive, send: Send) -> None:
-        service = self._service
+    async def _answer(
+        self, work: Awaitable[JSONResponse], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """``work``'s response, or its refusal answered as FastAPI's handlers answer it."""
         try:
-            view = await self._call(lambda: run_view(service, service.get_run(run_id)))
-        except tuple(PROBLEMS) as exc:  # answered as FastAPI's handlers answer them
-            p = problem_of(exc)
-            await problem_response(p.status, p.title, p.detail, type=p.type)(scope, receive, send)
+            response = await work
+        except REFUSED as exc:
+            p = exc if isinstance(exc, ProblemError) else problem_of(exc)
+            response = problem_response(p.status, p.title, p.detail, type=p.type)
+        await response(scope, receive, send)
+
+    async def _get_run(self, run_id: str) -> SafeJSONResponse:
+        service = self._handlers.service
+        view = await self._call(lambda: run_view(service, service.get_run(run_id)))
+        return SafeJSONResponse(view)
+
+    async def _approve(self, run_id: str, scope: Scope, receive: Receive) -> SafeJSONResponse:
+        raw = await _body(receive)
+        return await self._handlers.approve(
+            run_id, raw, Headers(scope=scope), _principal(scope), in_thread=self._call
+        )
+
+    async def _create_run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _body(receive)
+        body = _create_body(Headers(scope=scope).get("content-type"), raw)
+        if body is None:  # FastAPI refuses it, in its own words
+            await self._app(scope, _replay(raw, receive), send)
             return
-        await SafeJSONResponse(view)(scope, receive, send)
+        caller = _principal(scope)
+        handlers = self._handlers
+        await self._answer(
+            self._call(lambda: handlers.create_run(body, caller)), scope, receive, send
+        )
 
     async def _call(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+
+def _run_id(path: str, suffix: str) -> str | None:
+    """The ``{id}`` of ``/v1/runs/{id}`` + ``suffix``, as FastAPI's path would match it
+    (a non-empty segment without ``/``)."""
+    if not (path.startswith(RUNS + "/") and path.endswith(suffix)):
+        return None
+    run_id = path[len(RUNS) + 1 : len(path) - len(suffix)]
+    return run_id if run_id and "/" not in run_id else None
+
+
+def _create_body(content_type: str | None, raw: bytes) -> CreateRun | None:
+    """The create's body as FastAPI's route would have it (``json.loads`` of a JSON
+    content type, then ``CreateRun``), or None where FastAPI would refuse it or take it
+    another way."""
+    if content_type is None or content_type.split(";")[0].strip().lower() != "application/json":
+        return None
+    try:
+        return CreateRun.model_validate(json.loads(raw))
+    except Exception:  # any refusal is left to FastAPI, in its own words
+        return None
+
+
+def _principal(scope: Scope) -> Principal | None:
+    """The caller the gate verified (see ``workers.api.gate_of``)."""
+    found: Principal | None = scope.get("state", {}).get("principal")
+    return found
+
+
+async def _body(receive: Receive) -> bytes:
+    """The whole body (the ``BodyGate`` has read it within its limit)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(raw: bytes, receive: Receive) -> Receive:
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if delivered:
+            return await receive()
+        delivered = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return replay

@@ -1,6 +1,7 @@
-"""``GET /v1/runs/{id}``, answered by ``HotRoutes`` ahead of FastAPI's routing, answers
-exactly as FastAPI's own route does: the same status, type and body, for every kind of
-id and caller. And FastAPI's telemetry is decided once, when the app is built."""
+"""``GET /v1/runs/{id}``, ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval``,
+answered by ``HotRoutes`` ahead of FastAPI's routing, answer exactly as FastAPI's own
+routes do: the same status, type and body, for every kind of id, body and caller. And
+FastAPI's telemetry is decided once, when the app is built."""
 
 from __future__ import annotations
 
@@ -25,14 +26,20 @@ def fastapi_only(app: FastAPI) -> FastAPI:
     return app
 
 
-def without_fastapi_route(app: FastAPI) -> FastAPI:
-    """``app`` without FastAPI's ``GET /v1/runs/{run_id}``: only ``HotRoutes`` can answer."""
+HOT = {
+    ("/v1/runs/{run_id}", "GET"),
+    ("/v1/runs", "POST"),
+    ("/v1/runs/{run_id}/approval", "POST"),
+}
+
+
+def without_fastapi_routes(app: FastAPI) -> FastAPI:
+    """``app`` without FastAPI's routes for what ``HotRoutes`` takes: only it can
+    answer them."""
     app.router.routes = [
         r
         for r in app.router.routes
-        if not (
-            isinstance(r, Route) and r.path == "/v1/runs/{run_id}" and "GET" in (r.methods or ())
-        )
+        if not (isinstance(r, Route) and any((r.path, m) in HOT for m in r.methods or ()))
     ]
     return app
 
@@ -113,16 +120,25 @@ def test_what_it_does_not_take_goes_on_to_fastapi(pair: tuple[Api, TestClient]) 
         assert got.status_code == want.status_code, (method, path, got.text)
 
 
-def test_it_answers_without_fastapi_route(db_url: str) -> None:
-    """What the comparisons above compare is HotRoutes' answer, not FastAPI's."""
+def test_it_answers_without_fastapi_routes(db_url: str) -> None:
+    """What the comparisons compare is HotRoutes' answer, not FastAPI's."""
     hot = make_api(db_url)
     try:
-        without_fastapi_route(hot.client.app)  # type: ignore[arg-type]
+        without_fastapi_routes(hot.client.app)  # type: ignore[arg-type]
         run = hot.create()
         assert hot.run(run["id"])["id"] == run["id"]
         unknown = hot.client.get("/v1/runs/nope", headers=BEARER)
         assert unknown.status_code == 404 and "'nope'" in unknown.json()["detail"]
         assert hot.client.head(f"/v1/runs/{run['id']}", headers=BEARER).status_code == 404
+        waiting = hot.waiting()
+        approved = hot.approve(waiting["id"], approval_of(waiting))
+        assert approved.status_code == 202 and approved.json()["result"] == "recorded"
+        assert hot.run(waiting["id"])["status"] == "queued"
+        again = hot.approve(waiting["id"], approval_of(waiting))
+        assert again.status_code == 200 and again.json()["result"] == "duplicate"
+        # a body HotRoutes leaves to FastAPI finds no route now
+        refused = hot.client.post("/v1/runs", content=b"{", headers=JSON)
+        assert refused.status_code == 405
     finally:
         hot.service.store.engine.dispose()
 
@@ -136,3 +152,132 @@ def test_fastapi_telemetry_is_on_with_a_provider_set_before_the_app(
 ) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", trace.NoOpTracerProvider)
     assert api_module._telemetry() == {"tracing": True, "metrics": False, "logs": False}
+
+
+JSON = BEARER | {"content-type": "application/json"}
+
+
+def approval_of(view: dict[str, Any], decision: str = "approve") -> dict[str, Any]:
+    return {"turn_digest": view["pending"]["turn_digest"], "decision": decision}
+
+
+def masked(response: Any) -> tuple[int, str | None, Any]:
+    """A response with what differs between two runs of the same request (ids, times)
+    masked."""
+    body = response.json()
+    for key in ("id", "run_id", "created_at", "updated_at"):
+        if key in body:
+            body[key] = "*"
+    return response.status_code, response.headers.get("content-type"), body
+
+
+def test_a_create_is_answered_as_fastapi_answers_it(pair: tuple[Api, TestClient]) -> None:
+    hot, plain = pair
+    body = {"agent": "w1", "input": "mail 42", "metadata": {"who": "José \u2603"}}
+    made = hot.client.post("/v1/runs", json=body, headers=BEARER)
+    assert made.status_code == 201, made.text
+    assert masked(made) == masked(plain.post("/v1/runs", json=body, headers=BEARER))
+    assert hot.run(made.json()["id"])["status"] == "queued"
+    keyed = body | {"idempotency_key": "k-1"}
+    first = hot.client.post("/v1/runs", json=keyed, headers=BEARER)
+    assert first.status_code == 201
+    again = hot.client.post("/v1/runs", json=keyed, headers=BEARER)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    assert answer(plain.post("/v1/runs", json=keyed, headers=BEARER)) == answer(again)
+
+
+@pytest.mark.parametrize(
+    ("content", "headers"),
+    [
+        (b"", JSON),
+        (b"{", JSON),
+        (b"[]", JSON),
+        (b"null", JSON),
+        (b'{"agent": "w1"}', JSON),
+        (b'{"agent": "w1", "input": "x", "extra": 1}', JSON),
+        (b'{"agent": "w1", "input": 5}', JSON),
+        (b'{"agent": "", "input": "x"}', JSON),
+        (b'{"agent": "w1", "input": "\\ud800"}', JSON),  # a lone surrogate, escaped
+        (b'{"agent": "w1", "input": "\xed\xa0\x80"}', JSON),  # its UTF-8 bytes
+        (b'{"agent": "w1", "input": "\xff"}', JSON),  # not UTF-8
+        (b'{"agent": "w1", "input": NaN}', JSON),
+        (b'{"agent": "w1", "input": "x", "requested_by": "a\\u0000b"}', JSON),
+        (b'{"agent": "nope", "input": "x"}', JSON),  # the service's refusal
+        (b'{"agent": "w1", "input": "x", "idempotency_key": ""}', JSON),
+        (b'{"agent": "w1", "input": "x"}', BEARER | {"content-type": "text/plain"}),
+        (b'{"agent": "w1", "input": "x"}', {"content-type": "application/json"}),  # no token
+        (b'{"agent": "w1", "input": "x"}', JSON | {"Authorization": "Bearer wrong"}),
+        (b"\x00" * 2000, JSON),
+    ],
+)
+def test_a_refused_create_is_refused_as_fastapi_refuses_it(
+    pair: tuple[Api, TestClient], content: bytes, headers: dict[str, str]
+) -> None:
+    hot, plain = pair
+    before = hot.service.stats(finished_within=()).runs
+    got = hot.client.post("/v1/runs", content=content, headers=headers)
+    assert got.status_code in (400, 401, 422), got.text
+    assert answer(got) == answer(plain.post("/v1/runs", content=content, headers=headers))
+    assert hot.service.stats(finished_within=()).runs == before
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        ("application/json; charset=utf-8", 201),
+        ("Application/JSON", 201),
+        (None, 422),  # FastAPI takes no body without a JSON content type
+    ],
+)
+def test_a_create_in_any_json_content_type_is_taken(
+    pair: tuple[Api, TestClient], content_type: str | None, status: int
+) -> None:
+    hot, plain = pair
+    headers = BEARER | ({} if content_type is None else {"content-type": content_type})
+    content = b'{"agent": "nope", "agent": "w1", "input": "x"}'  # the last key counts
+    got = hot.client.post("/v1/runs", content=content, headers=headers)
+    assert got.status_code == status, got.text
+    assert masked(got) == masked(plain.post("/v1/runs", content=content, headers=headers))
+
+
+def test_an_approval_is_answered_as_fastapi_answers_it(pair: tuple[Api, TestClient]) -> None:
+    hot, plain = pair
+    one, two = hot.waiting(), hot.waiting()
+    via_plain = Api(plain, hot.service)
+    recorded = hot.approve(one["id"], approval_of(one))
+    assert recorded.status_code == 202, recorded.text
+    assert masked(recorded) == masked(via_plain.approve(two["id"], approval_of(two)))
+    duplicate = hot.approve(one["id"], approval_of(one))
+    assert duplicate.status_code == 200 and duplicate.json()["result"] == "duplicate"
+    assert masked(duplicate) == masked(via_plain.approve(two["id"], approval_of(two)))
+
+
+def test_a_refused_approval_is_refused_as_fastapi_refuses_it(
+    pair: tuple[Api, TestClient],
+) -> None:
+    hot, plain = pair
+    waiting, other = hot.waiting(), hot.waiting()
+    via_plain = Api(plain, hot.service)
+    good = approval_of(waiting)
+    run_id = waiting["id"]
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (run_id, {"body": approval_of(other)}),  # another run's turn
+        (run_id, {"body": good, "secret": "whsec_" + "A" * 43}),  # a bad signature
+        (run_id, {"body": good, "timestamp": 1}),
+        (run_id, {"body": good, "headers": {"content-type": "application/json"}}),
+        (run_id, {"body": good, "raw": b"{"}),
+        (run_id, {"body": good, "raw": b'{"turn_digest": "\\ud800", "decision": "approve"}'}),
+        (run_id, {"body": good | {"decision": "maybe"}}),
+        (run_id, {"body": good | {"calls": {"nope": {"decision": "approve"}}}}),
+        (run_id, {"body": good, "raw": b"x" * (64 * 1024 + 1)}),
+        ("00000000000000000000000000000000", {"body": good}),
+        ("not-a-run", {"body": good}),
+        ("%00", {"body": good}),
+    ]
+    for target, kwargs in cases:
+        got = hot.approve(target, **kwargs)
+        assert got.status_code in (401, 404, 409, 413, 422), (kwargs, got.text)
+        want = via_plain.approve(target, **kwargs)
+        assert answer(got) == answer(want), kwargs
+    assert hot.run(run_id)["status"] == "waiting_for_approval"
+    assert hot.run(run_id)["pending"]["calls"][0]["approvals"] == []

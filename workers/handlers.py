@@ -1,0 +1,137 @@
+"""What ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval`` do, once a request is
+read: one body for each, called by FastAPI's routes (``workers.api``) and by
+``HotRoutes``, which answers them without FastAPI's routing. Their errors are the
+service's, or ``ProblemError``; both doors answer them with the same table
+(``workers.problems``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
+
+from loop import DecisionError
+from persistence.store import UnknownRunError
+from workers.api_metrics import Metrics
+from workers.auth import Authenticator
+from workers.decisions import DecisionBody, TextBody
+from workers.guard import MAX_APPROVAL_BODY, MAX_BODY
+from workers.principals import ForbiddenError, Principal, check_name
+from workers.problems import ProblemError, SafeJSONResponse
+from workers.service import ConflictError, Service
+from workers.views import run_view
+
+T = TypeVar("T")
+InThread = Callable[[Callable[[], T]], Awaitable[T]]
+"""How a door runs blocking work (the database, the broker) off its event loop."""
+
+
+class CreateRun(TextBody):
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1, max_length=200)
+    input: str = Field(max_length=MAX_BODY)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+    metadata: dict[str, JsonValue] | None = None
+    requested_by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who asked for the run, named by a trusted client (the API token's holder); a
+    token's principal is the requester itself."""
+
+    @field_validator("requested_by")
+    @classmethod
+    def _requester(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "requested_by")
+
+
+@dataclass(frozen=True)
+class Handlers:
+    service: Service
+    auth: Authenticator
+    metrics: Metrics
+
+    def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+        """A new run (201), or the one its idempotency key already made (200).
+        Blocking."""
+        requested_by = body.requested_by
+        if caller is not None:
+            if requested_by not in (None, caller.id):
+                raise ForbiddenError(
+                    f"{caller.id} may not name another requester: only a trusted client "
+                    "(the API token's holder) may pass requested_by"
+                )
+            requested_by = caller.id
+        run, created = self.service.start_run(
+            body.agent,
+            body.input,
+            idempotency_key=body.idempotency_key,
+            metadata=body.metadata,
+            requested_by=requested_by,
+        )
+        return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
+
+    async def approve(
+        self,
+        run_id: str,
+        raw: bytes,
+        headers: Mapping[str, str],
+        principal: Principal | None,
+        *,
+        in_thread: InThread[Any],
+    ) -> SafeJSONResponse:
+        """A decision on the turn ``run_id`` waits on: from a token's principal, or (no
+        principal) a signed webhook whose client vouches for the approver."""
+        metrics = self.metrics
+        if len(raw) > MAX_APPROVAL_BODY:
+            metrics.rejections.labels("too_large").inc()
+            raise ProblemError(413, "Body too large", f"the limit is {MAX_APPROVAL_BODY} bytes")
+        webhook_id: str | None = None
+        if principal is None:
+            client, webhook_id = self.auth.client(raw, dict(headers))
+            body = parse_decision(raw, metrics)
+            principal = Principal.of_client(client.name, client.roles, body.approver)
+        else:
+            body = parse_decision(raw, metrics)
+        decided, service = principal, self.service
+        try:
+            result = await in_thread(
+                lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
+            )
+        except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:
+            metrics.decisions.labels(_refused(exc)).inc()
+            raise
+        metrics.decisions.labels(result.result).inc()
+        answer: dict[str, JsonValue] = {
+            "run_id": run_id,
+            "result": result.result,
+            "decision": result.decision,
+            "approver": result.approver,
+            "approved_by": list(result.approved_by),
+            "quorum": result.quorum,
+        }
+        return SafeJSONResponse(answer, 202 if result.result == "recorded" else 200)
+
+
+def _refused(exc: Exception) -> str:
+    """The ``airlock_decisions_total`` label of a decision the service refused."""
+    if isinstance(exc, ConflictError):
+        return "expired" if exc.expired else "conflict"
+    if isinstance(exc, ForbiddenError):
+        return "forbidden"
+    return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
+
+
+def parse_decision(raw: bytes, metrics: Metrics) -> DecisionBody:
+    try:
+        return DecisionBody.model_validate_json(raw)
+    except ValidationError as exc:
+        metrics.rejections.labels("malformed").inc()
+        raise ProblemError(
+            422, "Malformed decision", explain(exc.errors(include_url=False))
+        ) from exc
+
+
+def explain(errors: Any) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors
+    )
