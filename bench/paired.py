@@ -32,7 +32,7 @@ import redis
 from bench.approval_path import PARTS, one_approval
 from bench.common import CpuMeter, Proc, progress, record, temporary_database
 from bench.http import Client
-from bench.stack import bench_config, throughput, up
+from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 from tests.integration.harness import (
     ROOT,
     Process,
@@ -40,7 +40,6 @@ from tests.integration.harness import (
     airlock_env,
     free_port,
     wait_for,
-    wait_ready,
 )
 
 
@@ -56,16 +55,13 @@ def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
         env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
         port = free_port()
         api = [sys.executable, "-m", "workers.cli", "api", "--port", str(port)]
-        worker = [
-            sys.executable, "-m", "celery", "-A", "workers", "worker", "-l", "info", "-c", "2",
-            "-n", f"paired{redis_db}@%h", "--without-gossip", "--without-mingle",
-        ]  # fmt: skip
+        worker = airlock_worker(f"paired{redis_db}")
         try:
             stack.processes.append(Process("api", api, env, tmp / "api.log", root).start())
             base = f"http://127.0.0.1:{port}"
             wait_for("the API", lambda: up(base), timeout=30)
             stack.processes.append(Process("w1", worker, env, tmp / "w1.log", root).start())
-            wait_ready(stack.processes[-1])
+            wait_answers(stack)
             yield stack, base
         finally:
             stack.close()

@@ -73,11 +73,32 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     stack.processes.append(api)
     base = f"http://127.0.0.1:{port}"
     wait_for("the API", lambda: up(base), timeout=30)
-    worker = stack.worker(concurrency=2, include=["bench.trace"])
+    worker = Process(
+        "w1", airlock_worker("w1", "--include", "bench.trace"), api.env, tmp / "w1.log"
+    ).start()
+    stack.processes.append(worker)
+    wait_answers(stack)
     try:
         yield stack, base, worker
     finally:
         stack.close()
+
+
+def airlock_worker(name: str, *extra: str) -> list[str]:
+    """``airlock worker -c 2``, as the issue measures it and a user runs it: with
+    Celery's default log level (WARNING), so no line per task is written. ``extra``
+    goes to ``celery worker`` (``--include bench.trace`` loads the trace points)."""
+    return [sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", f"{name}@%h", *extra]
+
+
+def wait_answers(stack: Stack, timeout: float = 30.0) -> None:
+    """Until a worker on the stack's broker answers a ping (at WARNING, a worker logs
+    no "ready." line to wait for)."""
+    wait_for(
+        "a worker to answer a ping",
+        lambda: bool(stack.celery.control.ping(timeout=0.5)),
+        timeout=timeout,
+    )
 
 
 def up(base: str) -> bool:
