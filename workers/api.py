@@ -23,7 +23,7 @@ from workers import inbox
 from workers.api_metrics import Metrics
 from workers.auth import Authenticator
 from workers.guard import BodyGate, Gate
-from workers.handlers import CreateRun, Handlers, explain
+from workers.handlers import CreateRun, Handlers, caller_of, explain
 from workers.hot_routes import HotRoutes
 from workers.principals import Principal
 from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
@@ -147,12 +147,6 @@ def _document_bearer(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def principal_of(request: Request) -> Principal | None:
-    """The caller the gate verified (see ``gate_of``)."""
-    found: Principal | None = request.scope.get("state", {}).get("principal")
-    return found
-
-
 def doc(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI's description of what a route answers: the handlers send their JSON as
     they built it, so FastAPI documents no model of its own."""
@@ -167,7 +161,7 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
 
     @app.post("/v1/runs", status_code=201, responses=doc(RunView, 201, 200))
     def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
-        return handlers.create_run(body, principal_of(request))
+        return handlers.create_run(body, caller_of(request.scope))
 
     @app.get("/v1/runs", responses=doc(RunPage))
     def list_runs(
@@ -217,7 +211,7 @@ def _approval_route(app: FastAPI, handlers: Handlers) -> None:
     )
     async def approval(run_id: str, request: Request) -> SafeJSONResponse:
         raw = await request.body()
-        principal = principal_of(request)
+        principal = caller_of(request.scope)
         return await handlers.approve(
             run_id, raw, request.headers, principal, in_thread=run_in_threadpool
         )

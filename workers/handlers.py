@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
+from starlette.types import Scope
 
 from loop import DecisionError
 from persistence.store import UnknownRunError
@@ -110,6 +111,13 @@ class Handlers:
             "quorum": result.quorum,
         }
         return SafeJSONResponse(answer, 202 if result.result == "recorded" else 200)
+
+
+def caller_of(scope: Scope) -> Principal | None:
+    """The caller the gate verified (``workers.api.gate_of``) and noted in the scope:
+    None for the API token's holder, or anyone on an open API."""
+    found: Principal | None = scope.get("state", {}).get("principal")
+    return found
 
 
 def _refused(exc: Exception) -> str:

@@ -27,8 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from workers.handlers import CreateRun, Handlers
-from workers.principals import Principal
+from workers.handlers import CreateRun, Handlers, caller_of
 from workers.problems import (
     PROBLEMS,
     ProblemError,
@@ -88,7 +87,7 @@ class HotRoutes:
     async def _approve(self, run_id: str, scope: Scope, receive: Receive) -> SafeJSONResponse:
         raw = await _body(receive)
         return await self._handlers.approve(
-            run_id, raw, Headers(scope=scope), _principal(scope), in_thread=self._call
+            run_id, raw, Headers(scope=scope), caller_of(scope), in_thread=self._call
         )
 
     async def _create_run(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,7 +96,7 @@ class HotRoutes:
         if body is None:  # FastAPI refuses it, in its own words
             await self._app(scope, _replay(raw, receive), send)
             return
-        caller = _principal(scope)
+        caller = caller_of(scope)
         handlers = self._handlers
         await self._answer(
             self._call(lambda: handlers.create_run(body, caller)), scope, receive, send
@@ -126,12 +125,6 @@ def _create_body(content_type: str | None, raw: bytes) -> CreateRun | None:
         return CreateRun.model_validate(json.loads(raw))
     except Exception:  # any refusal is left to FastAPI, in its own words
         return None
-
-
-def _principal(scope: Scope) -> Principal | None:
-    """The caller the gate verified (see ``workers.api.gate_of``)."""
-    found: Principal | None = scope.get("state", {}).get("principal")
-    return found
 
 
 async def _body(receive: Receive) -> bytes:
