@@ -149,7 +149,9 @@ def measure(rounds: int, n: int, clients: int, runs: int) -> Totals:
             one_approval(stack, client, base)  # warm up
         for r in range(rounds):
             progress(f"round {r + 1}/{rounds}: Airlock, {n // rounds} W1 runs one at a time…")
+            _tracing(on=True)
             totals.samples += [one_approval(stack, client, base) for _ in range(n // rounds)]
+            _tracing(on=False)  # the throughput rounds run as a deployment does
             progress(f"round {r + 1}/{rounds}: Airlock, {runs // rounds} runs, {clients} clients…")
             meter.start()
             rate = throughput(base, clients, runs // rounds)
@@ -165,6 +167,11 @@ def measure(rounds: int, n: int, clients: int, runs: int) -> Totals:
             totals.peer_create += peer_run["create_to_done"]
             totals.peer_wall += peer_run["wall"]
     return totals
+
+
+def _tracing(*, on: bool) -> None:
+    if TRACE is not None:
+        TRACE.on() if on else TRACE.off()
 
 
 def ms(values: list[float]) -> dict[str, float]:

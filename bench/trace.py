@@ -10,7 +10,9 @@ it this module) append a line ``<run id> <point> <epoch seconds>`` at each point
 
 Wrappers around those calls, installed in those processes only (the API's through
 ``bench.agents``, the worker's by ``celery worker --include bench.trace``); nothing of
-it runs unless the variable is set. A line costs a file append (tens of microseconds)."""
+it runs unless the variable is set. A line costs a file append (tens of microseconds),
+and only while the file exists: the benchmark removes it (``Trace.off``) for its
+throughput rounds, so they run without the trace's cost, as a deployment does."""
 
 from __future__ import annotations
 
@@ -26,8 +28,14 @@ VARIABLE = "BENCH_TRACE"
 
 
 def mark(run_id: str, point: str) -> None:
-    with open(os.environ[VARIABLE], "a") as fh:
-        fh.write(f"{run_id} {point} {time.time():.6f}\n")
+    try:  # appended to the file while it exists, never created here
+        fd = os.open(os.environ[VARIABLE], os.O_WRONLY | os.O_APPEND)
+    except FileNotFoundError:
+        return
+    try:
+        os.write(fd, f"{run_id} {point} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def install() -> None:
@@ -93,7 +101,21 @@ class Trace:
         self._offset = 0
         self._points: dict[str, dict[str, float]] = defaultdict(dict)
 
+    def on(self) -> None:
+        """The deployment's processes trace from now on."""
+        self._path.touch()
+
+    def off(self) -> None:
+        """They stop tracing (what they traced so far is kept)."""
+        self._read()
+        self._path.unlink(missing_ok=True)
+        self._offset = 0
+
     def points(self, run_id: str) -> dict[str, float]:
+        self._read()
+        return self._points.get(run_id, {})
+
+    def _read(self) -> None:
         if self._path.exists():
             with self._path.open() as fh:
                 fh.seek(self._offset)
@@ -101,4 +123,3 @@ class Trace:
                     rid, point, at = line.split()
                     self._points[rid][point] = float(at)
                 self._offset = fh.tell()
-        return self._points.get(run_id, {})
