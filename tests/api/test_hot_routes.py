@@ -208,6 +208,11 @@ def test_a_create_is_answered_as_fastapi_answers_it(pair: tuple[Api, TestClient]
         (b'{"agent": "w1", "input": "x"}', {"content-type": "application/json"}),  # no token
         (b'{"agent": "w1", "input": "x"}', JSON | {"Authorization": "Bearer wrong"}),
         (b"\x00" * 2000, JSON),
+        (b"[" * 100_000, JSON),  # deeper than json.loads goes
+        (
+            b'{"agent": "w1", "input": "x", "metadata": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+            JSON,
+        ),
     ],
 )
 def test_a_refused_create_is_refused_as_fastapi_refuses_it(
