@@ -67,16 +67,22 @@ class BodyGate:
         if not reads:
             await self._app(scope, receive, send)
             return
-        delivered = False
+        await self._app(scope, replay(body, receive), send)
 
-        async def replay() -> Message:
-            nonlocal delivered
-            if delivered:
-                return await receive()
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
 
-        await self._app(scope, replay, send)
+def replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for an app after the body was read: the body whole, then whatever
+    ``receive`` says next (a disconnect)."""
+    delivered = False
+
+    async def again() -> Message:
+        nonlocal delivered
+        if delivered:
+            return await receive()
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
 
 
 async def _read_within(receive: Receive, length: str | None, limit: int) -> bytes | None:

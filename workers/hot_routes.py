@@ -25,8 +25,9 @@ from typing import TypeVar
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from workers.guard import replay
 from workers.handlers import CreateRun, Handlers, caller_of
 from workers.problems import (
     PROBLEMS,
@@ -94,7 +95,7 @@ class HotRoutes:
         raw = await _body(receive)
         body = _create_body(Headers(scope=scope).get("content-type"), raw)
         if body is None:  # FastAPI refuses it, in its own words
-            await self._app(scope, _replay(raw, receive), send)
+            await self._app(scope, replay(raw, receive), send)
             return
         caller = caller_of(scope)
         handlers = self._handlers
@@ -138,16 +139,3 @@ async def _body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
-
-
-def _replay(raw: bytes, receive: Receive) -> Receive:
-    delivered = False
-
-    async def replay() -> Message:
-        nonlocal delivered
-        if delivered:
-            return await receive()
-        delivered = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    return replay
