@@ -139,6 +139,30 @@ def _serve_metrics(**_: object) -> None:
         )
 
 
+THREADS_POOL = "celery.concurrency.thread"
+
+
+def pool_warning(pool_cls: object) -> str | None:
+    """What an operator should know of the worker's pool before it takes tasks: the
+    threads pool waits about a second between tasks under load (Celery's deferred
+    acknowledgement with ``acks_late`` and prefetch 1 outside prefork, celery#6941;
+    measured: 0.8 W1 runs/s with 4 clients, see BENCHMARKS.md)."""
+    if getattr(pool_cls, "__module__", None) != THREADS_POOL:
+        return None
+    return (
+        "the threads pool (-P threads) waits about a second between tasks under load "
+        "(Celery's deferred acknowledgement with acks_late, celery#6941): run the default "
+        "prefork pool"
+    )
+
+
+@worker_init.connect
+def _warn_of_the_pool(sender: Any = None, **_: object) -> None:
+    warning = pool_warning(getattr(sender, "pool_cls", None))
+    if warning is not None:
+        log.warning(warning, extra={"action": "worker.pool"})
+
+
 @worker_process_init.connect
 def _fresh_connections(**_: object) -> None:
     # a forked child must not share the parent's database connections; its tasks run

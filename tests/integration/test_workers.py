@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
@@ -12,7 +13,7 @@ import redis
 
 from persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Stack, free_port, wait_for
+from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
 from workers.decisions import DecisionBody
 from workers.principals import Principal
 from workers.service import ConflictError
@@ -282,3 +283,21 @@ def test_a_worker_serves_its_segment_durations(
         'airlock_segment_duration_seconds_count{outcome="suspended"}': 1.0,
         'airlock_segment_duration_seconds_count{outcome="completed"}': 1.0,
     }
+
+
+def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -> None:
+    """``-P threads`` stalls about a second between tasks under load (celery#6941):
+    the operator is told as the worker starts; the default prefork worker says
+    nothing of it."""
+    stack = embedded_stack
+    prefork = stack.worker()
+    argv = [
+        sys.executable, "-m", "workers.cli", "worker", "-P", "threads", "-c", "2",
+        "-n", "threads@%h", "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    threads = Process("threads", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "t.log")
+    stack.processes.append(threads.start())
+    warning = "the threads pool (-P threads) waits about a second between tasks"
+    wait_for("the threads pool's warning", lambda: warning in threads.output(), timeout=30)
+    assert "ready." in prefork.output()
+    assert warning not in prefork.output()
