@@ -26,7 +26,7 @@ from workers.guard import BodyGate, Gate
 from workers.handlers import CreateRun, Handlers, caller_of, explain
 from workers.hot_routes import HotRoutes
 from workers.principals import Principal
-from workers.problems import PROBLEMS, ProblemError, SafeJSONResponse, problem_of, problem_response
+from workers.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
 from workers.service import Service
 from workers.settings import Settings
 from workers.views import EventPage, RunPage, RunView, event_view, run_view
@@ -85,15 +85,11 @@ def _telemetry() -> dict[str, bool] | None:
 
 
 def _errors(app: FastAPI, metrics: Metrics) -> None:
-    @app.exception_handler(ProblemError)
-    async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
-        return problem_response(exc.status, exc.title, exc.detail, type=exc.type)
-
-    for kind in PROBLEMS:
+    for kind in REFUSALS:
 
         @app.exception_handler(kind)
-        async def _service_error(request: Request, exc: Exception) -> JSONResponse:
-            return await _problem(request, problem_of(exc))
+        async def _refused(_: Request, exc: Exception) -> JSONResponse:
+            return refusal(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -29,20 +29,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workers.guard import replay
 from workers.handlers import CreateRun, Handlers, caller_of
-from workers.problems import (
-    PROBLEMS,
-    ProblemError,
-    SafeJSONResponse,
-    problem_of,
-    problem_response,
-)
+from workers.problems import REFUSALS, SafeJSONResponse, refusal
 from workers.views import run_view
 
 T = TypeVar("T")
 
 RUNS = "/v1/runs"
 APPROVAL = "/approval"
-REFUSED: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
 
 
 class HotRoutes:
@@ -75,9 +68,8 @@ class HotRoutes:
         """``work``'s response, or its refusal answered as FastAPI's handlers answer it."""
         try:
             response = await work
-        except REFUSED as exc:
-            p = exc if isinstance(exc, ProblemError) else problem_of(exc)
-            response = problem_response(p.status, p.title, p.detail, type=p.type)
+        except REFUSALS as exc:
+            response = refusal(exc)
         await response(scope, receive, send)
 
     async def _get_run(self, run_id: str) -> SafeJSONResponse:

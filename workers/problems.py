@@ -41,6 +41,17 @@ PROBLEMS: dict[type[Exception], tuple[int, str]] = {
 """How the service's errors are answered: every route lets them through to here."""
 
 
+REFUSALS: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
+"""What a route may raise to refuse a request (``refusal``)."""
+
+
+def refusal(exc: Exception) -> JSONResponse:
+    """The answer to a request refused by ``exc`` (one of ``REFUSALS``), wherever it
+    was raised: FastAPI's handlers and ``HotRoutes`` answer alike."""
+    p = exc if isinstance(exc, ProblemError) else problem_of(exc)
+    return problem_response(p.status, p.title, p.detail, type=p.type)
+
+
 def problem_of(exc: Exception) -> ProblemError:
     if isinstance(exc, ConflictError) and exc.expired:
         return ProblemError(409, "Approval expired", str(exc), type=APPROVAL_EXPIRED)
