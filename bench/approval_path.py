@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import text
 
 from bench import peer
-from bench.common import CpuMeter, Proc, progress, record, temporary_database
+from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
@@ -109,13 +109,13 @@ def _epoch(value: datetime) -> float:
 
 
 def cpu_groups(stack: Stack) -> dict[str, Callable[[Proc], bool]]:
-    """Where a throughput round's CPU goes: the API process, the worker (its main
-    process and pool), PostgreSQL, Redis, and this benchmark (the clients)."""
+    """Where a throughput round's CPU goes: the API process, the worker (the
+    supervisor and its processes), PostgreSQL, Redis, and this benchmark (the clients)."""
     api, worker = (p.pid for p in stack.processes[:2])
     me = os.getpid()
     return {
         "api": lambda p: p.pid == api,
-        "worker": lambda p: p.group == worker,
+        "worker": led_by(worker),
         "postgres": lambda p: p.command.startswith("postgres"),
         "redis": lambda p: p.command.startswith("redis-server"),
         "clients": lambda p: p.pid == me,

@@ -68,6 +68,8 @@ class Proc:
     command: str
     cpu: float
     """User + system seconds it has run so far."""
+    parent: int = 0
+    """Its parent's pid: ``airlock worker``'s children lead process groups of their own."""
 
 
 def processes() -> list[Proc]:
@@ -85,8 +87,14 @@ def processes() -> list[Proc]:
         except OSError:  # it ended meanwhile
             continue
         cpu = (int(fields[11]) + int(fields[12])) / tick
-        out.append(Proc(int(entry), int(fields[2]), command, cpu))
+        out.append(Proc(int(entry), int(fields[2]), command, cpu, int(fields[1])))
     return out
+
+
+def led_by(leader: int) -> Callable[[Proc], bool]:
+    """A process a worker the harness started leads: its pool (its process group) or,
+    for ``airlock worker``'s supervisor, its children (each in a group of its own)."""
+    return lambda proc: leader in (proc.group, proc.parent)
 
 
 class CpuMeter:

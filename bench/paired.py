@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from bench.approval_path import PARTS, one_approval
-from bench.common import CpuMeter, Proc, progress, record, temporary_database
+from bench.common import CpuMeter, led_by, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 from tests.integration.harness import (
@@ -117,11 +117,6 @@ def main() -> None:
     record("paired", command, result, n=args.n, revs=revs)
 
 
-def _in_group(leader: int) -> Callable[[Proc], bool]:
-    """A process of the group a harness process leads (its pool, for a worker)."""
-    return lambda proc: proc.group == leader
-
-
 def _throughput(sides: list[Any], runs: int, rounds: int) -> dict[str, tuple[float, float]]:
     """Runs per second (the median of the rounds) and CPU ms per run (all rounds) of
     each side's API and worker, rounds alternated."""
@@ -132,7 +127,7 @@ def _throughput(sides: list[Any], runs: int, rounds: int) -> dict[str, tuple[flo
         for name, stack, _, base in sides if r % 2 else sides[::-1]:
             progress(f"throughput round {r + 1}/{rounds}: {name}, {runs} runs, 4 clients…")
             leaders = {p.name: p.pid for p in stack.processes}
-            meter = CpuMeter({"api": _in_group(leaders["api"]), "worker": _in_group(leaders["w1"])})
+            meter = CpuMeter({"api": led_by(leaders["api"]), "worker": led_by(leaders["w1"])})
             meter.start()
             rates[name].append(throughput(base, 4, runs))
             for group, seconds in meter.stop().items():

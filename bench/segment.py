@@ -40,7 +40,7 @@ from typing import NamedTuple
 import redis
 from sqlalchemy import text
 
-from bench.common import REDIS, CpuMeter, Proc, progress, record, temporary_database
+from bench.common import REDIS, CpuMeter, Proc, led_by, progress, record, temporary_database
 from persistence.domain import RunStatus
 from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
 from workers.decisions import DecisionBody
@@ -76,8 +76,8 @@ def cpu_meter(stack: Stack) -> CpuMeter:
 
     return CpuMeter(
         {
-            "floor worker": lambda p: p.group == floor,
-            "airlock worker": lambda p: p.group == airlock,
+            "floor worker": led_by(floor),
+            "airlock worker": led_by(airlock),
             "postgres": command("postgres"),
             "redis": command("redis-server"),
             "producer": lambda p: p.pid == os.getpid(),

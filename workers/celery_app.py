@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 
-from workers import embedded_broker, metrics, redis_broker
+from workers import embedded_broker, metrics, redis_broker, supervisor
 from workers.notify import deliver_due
 from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
@@ -137,9 +137,12 @@ def _serve_metrics(**_: object) -> None:
             "serving metrics",
             extra={"action": "metrics.serving", "port": config.worker_metrics_port},
         )
+    elif os.environ.get(supervisor.CHILD) and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics.record()  # the supervisor serves them
 
 
 THREADS_POOL = "celery.concurrency.thread"
+SOLO_POOL = "celery.concurrency.solo"
 
 
 def pool_warning(pool_cls: object) -> str | None:
@@ -151,8 +154,8 @@ def pool_warning(pool_cls: object) -> str | None:
         return None
     return (
         "the threads pool (-P threads) waits about a second between tasks under load "
-        "(Celery's deferred acknowledgement with acks_late, celery#6941): run the default "
-        "prefork pool"
+        "(Celery's deferred acknowledgement with acks_late, celery#6941): run airlock "
+        "worker without -P, or -P prefork"
     )
 
 
@@ -161,6 +164,13 @@ def _warn_of_the_pool(sender: Any = None, **_: object) -> None:
     warning = pool_warning(getattr(sender, "pool_cls", None))
     if warning is not None:
         log.warning(warning, extra={"action": "worker.pool"})
+
+
+@worker_init.connect
+def _solo_holds_connections(sender: Any = None, **_: object) -> None:
+    # a solo worker runs its tasks in this thread, as a pool child runs them in its own
+    if getattr(getattr(sender, "pool_cls", None), "__module__", None) == SOLO_POOL:
+        service().hold_connections()
 
 
 @worker_process_init.connect

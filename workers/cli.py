@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -81,7 +82,23 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
-    """Run a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -l info)."""
+    """Run the workers (extra arguments go to `celery worker`, e.g. -c 4 -l info). On a
+    Redis broker: -c processes of `celery worker -P solo` under one supervisor
+    (workers.supervisor); with -P (e.g. -P prefork), one `celery worker`."""
+    from workers import supervisor  # noqa: PLC0415
+
+    if parent := os.environ.get(supervisor.CHILD):
+        supervisor.die_with(int(parent))
+    else:
+        config = settings()
+        try:
+            plan = supervisor.plan(
+                ctx.args, embedded_broker=config.embedded_broker, cpus=os.cpu_count() or 1
+            )
+        except supervisor.UsageError as exc:
+            fail(str(exc), 2)
+        if plan is not None:
+            raise typer.Exit(supervisor.supervise(plan, config))
     from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
     from workers.celery_app import app as celery  # noqa: PLC0415
 

@@ -1,8 +1,9 @@
 """Worker metrics: how long segments take, by outcome.
 
-Segments run in the pool's child processes, so the metrics use prometheus_client's
-multiprocess mode: each child writes its samples to files in a folder, and the
-worker's main process serves them all on ``AIRLOCK_WORKER_METRICS_PORT``. The mode is
+Segments run in the pool's child processes (or, under ``airlock worker``'s supervisor,
+in its children), so the metrics use prometheus_client's multiprocess mode: each
+process writes its samples to files in a folder, and the worker's main process (the
+supervisor) serves them all on ``AIRLOCK_WORKER_METRICS_PORT``. The mode is
 chosen when prometheus_client is first imported, so it is imported here, lazily,
 after the folder is set up, and only in a worker.
 """
@@ -19,13 +20,18 @@ _segments: Any = None
 
 def serve(port: int, folder: Path) -> None:
     """In the worker's main process, before the pool forks: start serving."""
-    global _segments  # noqa: PLW0603 - one histogram per worker, made before the fork
-    shutil.rmtree(folder, ignore_errors=True)  # samples of an earlier worker's children
+    serve_files(port, folder)
+    record()
+
+
+def serve_files(port: int, folder: Path) -> None:
+    """Serve the samples the processes write to ``folder`` (emptied first: an earlier
+    worker's) on ``port``; this process records none unless it calls ``record``."""
+    shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     from prometheus_client import (  # noqa: PLC0415 - only after the folder is set
         CollectorRegistry,
-        Histogram,
         multiprocess,
         start_http_server,
     )
@@ -33,6 +39,14 @@ def serve(port: int, folder: Path) -> None:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     start_http_server(port, registry=registry)
+
+
+def record() -> None:
+    """This process records its segments' durations, to the folder
+    ``PROMETHEUS_MULTIPROC_DIR`` names (where ``serve_files`` serves them from)."""
+    global _segments  # noqa: PLW0603 - one histogram per process
+    from prometheus_client import Histogram  # noqa: PLC0415 - only after the folder is set
+
     _segments = Histogram(
         "airlock_segment_duration_seconds",
         "Time from claim to the segment's last write, by outcome",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -301,3 +303,81 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     wait_for("the threads pool's warning", lambda: warning in threads.output(), timeout=30)
     assert "ready." in prefork.output()
     assert warning not in prefork.output()
+
+
+def _children(parent: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == parent and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def test_airlock_worker_runs_c_solo_workers_that_its_supervisor_keeps(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str
+) -> None:
+    """``airlock worker -c 2`` on Redis: two ``-P solo`` workers, each a node of its
+    own, that run segments; one killed is started again; their metrics are served on
+    the supervisor's port; SIGTERM to the supervisor stops them all warm."""
+    port = free_port()
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_WORKER_METRICS_PORT=str(port),
+    )
+    argv = [
+        sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", "sup@%h", "-l", "info",
+        "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    worker = Process("sup", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "sup.log")
+    stack.processes.append(worker.start())
+
+    def nodes() -> list[str]:
+        replies = stack.celery.control.ping(timeout=1) or []
+        return sorted(n.split("@")[0] for reply in replies for n in reply if n.startswith("sup"))
+
+    wait_for("two nodes", lambda: nodes() == ["sup", "sup-2"], timeout=60)
+    first = _children(worker.pid)
+    assert len(first) == 2, first
+    up = time.monotonic()  # the children were started before this
+
+    def w1() -> None:
+        run, _ = stack.service.start_run("w1", "mail")
+        stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
+        approve(stack, run.id)
+        stack.wait_status(run.id, RunStatus.COMPLETED)
+        assert stack.executions()[send_key(run.id)] == 1
+
+    w1()
+    time.sleep(max(0.0, 5.5 - (time.monotonic() - up)))  # past the children's start-up
+    killed = min(first)
+    os.kill(killed, signal.SIGKILL)
+    wait_for("a child in its place", lambda: len(_children(worker.pid) - {killed}) == 2)
+    wait_for("two nodes again", lambda: nodes() == ["sup", "sup-2"], timeout=60)
+    w1()
+    assert worker.alive
+
+    def scrape() -> dict[str, float] | None:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        counts = {
+            line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("airlock_segment_duration_seconds_count")
+        }
+        return counts if sum(counts.values()) == 4 else None
+
+    assert wait_for("the four segments' durations", scrape, timeout=10) == {
+        "suspended": 2.0,
+        "completed": 2.0,
+    }
+    children = _children(worker.pid)
+    assert worker.proc is not None
+    worker.proc.send_signal(signal.SIGTERM)  # the supervisor alone, as docker stop does
+    assert worker.proc.wait(30) == 0
+    assert all(not os.path.exists(f"/proc/{pid}") for pid in children)
+    assert "restarted" in worker.output() or "starting another" in worker.output()

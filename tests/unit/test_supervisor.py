@@ -1,0 +1,255 @@
+"""``airlock worker``'s supervisor: which children it plans from the arguments (pure),
+and how it runs them — real child processes standing in for Celery workers, each
+recording what it received, so that what reaches each child is seen, not assumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import ROOT, wait_for
+from workers.supervisor import Plan, UsageError, plan
+
+
+def children(*args: str, cpus: int = 4) -> tuple[tuple[str, ...], ...]:
+    planned = plan(args, embedded_broker=False, cpus=cpus)
+    assert planned is not None
+    return planned.children
+
+
+def test_c_solo_workers_the_first_keeps_the_name_and_the_others_are_numbered() -> None:
+    assert children("-c", "3", "-n", "w1@%h", "-l", "info") == (
+        ("-P", "solo", "-n", "w1@%h", "-l", "info"),
+        ("-P", "solo", "-n", "w1-2@%h", "-l", "info"),
+        ("-P", "solo", "-n", "w1-3@%h", "-l", "info"),
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-c", "2", "--hostname", "w@h"),
+        ("-c2", "-nw@h"),
+        ("--concurrency=2", "--hostname=w@h"),
+        ("--concurrency", "2", "-n", "w@h"),
+    ],
+)
+def test_every_spelling_of_the_count_and_the_name(args: tuple[str, ...]) -> None:
+    assert [c[:4] for c in children(*args)] == [
+        ("-P", "solo", "-n", "w@h"),
+        ("-P", "solo", "-n", "w-2@h"),
+    ]
+
+
+def test_defaults_are_celerys_the_cpu_count_and_celery_at_the_host() -> None:
+    assert [c[3] for c in children(cpus=3)] == ["celery@%h", "celery-2@%h", "celery-3@%h"]
+    # a name without "@" is a host, as Celery reads it
+    assert [c[3] for c in children("-c", "2", "-n", "box")] == ["box", "celery-2@box"]
+
+
+def test_only_the_first_child_runs_an_embedded_beat() -> None:
+    first, second = children("-c", "2", "-B", "-s", "/tmp/schedule")
+    assert "-B" in first and "-s" in first
+    assert "-B" not in second and "--beat" not in second and "-s" in second
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-P", "prefork"),
+        ("-Pthreads",),
+        ("--pool=solo",),
+        ("--pool", "prefork", "-c", "2"),
+        ("--autoscale=4,2",),
+        ("--detach",),
+        ("--max-tasks-per-child", "100"),
+        ("--max-memory-per-child=200000",),
+    ],
+)
+def test_a_pool_or_a_prefork_option_runs_one_celery_worker(args: tuple[str, ...]) -> None:
+    assert plan(args, embedded_broker=False, cpus=2) is None
+
+
+def test_the_embedded_broker_runs_one_celery_worker() -> None:
+    assert plan(("-c", "2"), embedded_broker=True, cpus=2) is None
+    assert isinstance(plan(("-c", "2"), embedded_broker=False, cpus=2), Plan)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("-c", "0"), "at least 1, not 0"),
+        (("-c", "two"), "a whole number, not 'two'"),
+        (("--concurrency=-1",), "at least 1, not -1"),
+        (("-c",), "-c needs a value"),
+        (("-l", "info", "-n"), "-n needs a value"),
+    ],
+)
+def test_bad_counts_and_missing_values_are_named(args: tuple[str, ...], error: str) -> None:
+    with pytest.raises(UsageError, match=error):
+        plan(args, embedded_broker=False, cpus=2)
+
+
+# -- the supervisor, with stand-in children --------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from workers.supervisor import CHILD, die_with
+
+    die_with(int(os.environ[CHILD]))
+    index = sys.argv[1]
+    folder = Path(os.environ["RECORD"])
+    record = folder / f"child-{index}.txt"
+    mode = os.environ.get(f"MODE_{index}", "trap")
+    started = len(list(folder.glob(f"start-{index}-*")))
+    (folder / f"start-{index}-{os.getpid()}").touch()
+    if mode == "fail":  # once the other is up, so that it is stopped, not cut short
+        while not (folder / "child-0.txt").exists():
+            time.sleep(0.01)
+        sys.exit(2)
+
+    def on(signum, _frame):
+        with record.open("a") as fh:
+            fh.write(signal.Signals(signum).name + "\\n")
+        sys.exit(1 if signum == signal.SIGINT else 0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, on)
+    with record.open("a") as fh:
+        fh.write(f"ready {os.getpid()}\\n")
+    if mode == "crash-once" and started == 0:
+        time.sleep(0.5)
+        sys.exit(3)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+SUPERVISOR = textwrap.dedent(
+    """
+    import os, sys
+    from workers.supervisor import Child, Supervisor
+
+    children = [Child((str(i),)) for i in range(2)]
+    command = (sys.executable, sys.argv[1])
+    sys.exit(Supervisor(children, dict(os.environ), command, startup_seconds=0.3).run())
+    """
+)
+
+
+class Supervised:
+    """A supervisor of two stand-in children (0 and 1), in a session of its own (as a
+    terminal's foreground job: a signal to its group is a terminal's Ctrl-C)."""
+
+    def __init__(self, tmp: Path, **modes: str) -> None:
+        self.folder = tmp
+        (tmp / "child.py").write_text(CHILD)
+        (tmp / "supervisor.py").write_text(SUPERVISOR)
+        env = {**os.environ, "RECORD": str(tmp), "PYTHONPATH": str(ROOT)}
+        env |= {f"MODE_{i}": mode for i, mode in modes.items()}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(tmp / "supervisor.py"), str(tmp / "child.py")],
+            env=env,
+            start_new_session=True,
+        )
+
+    def lines(self, index: int) -> list[str]:
+        path = self.folder / f"child-{index}.txt"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def pids(self, index: int) -> list[int]:
+        return [int(line.split()[1]) for line in self.lines(index) if line.startswith("ready")]
+
+    def wait_ready(self, index: int, starts: int = 1) -> None:
+        wait_for(f"child {index} ready", lambda: len(self.pids(index)) >= starts, timeout=20)
+
+    def exit_code(self) -> int:
+        return self.proc.wait(20)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def supervised(tmp_path: Path):  # type: ignore[no-untyped-def]
+    made: list[Supervised] = []
+
+    def make(**modes: str) -> Supervised:
+        made.append(Supervised(tmp_path, **modes))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie no one reaped yet is gone too
+        return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_ctrl_c_reaches_each_child_once_and_its_code_is_the_supervisors(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised()
+    s.wait_ready(0), s.wait_ready(1)
+    os.killpg(s.proc.pid, signal.SIGINT)  # what a terminal does: the foreground group
+    assert s.exit_code() == 1  # a Celery worker stopped by SIGINT exits 1
+    for i in (0, 1):
+        assert s.lines(i)[1:] == ["SIGINT"], s.lines(i)  # once: a second is a cold shutdown
+
+
+def test_sigterm_to_the_supervisor_alone_stops_every_child_warm(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised()
+    s.wait_ready(0), s.wait_ready(1)
+    s.proc.send_signal(signal.SIGTERM)  # docker stop, systemd: the main process only
+    assert s.exit_code() == 0
+    assert s.lines(0)[1:] == s.lines(1)[1:] == ["SIGTERM"]
+
+
+def test_a_child_that_dies_is_started_again(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised()
+    s.wait_ready(0), s.wait_ready(1)
+    first = s.pids(1)[0]
+    time.sleep(0.4)  # past its start-up
+    os.kill(first, signal.SIGKILL)  # the OOM killer, say
+    s.wait_ready(1, starts=2)
+    assert s.pids(1)[1] != first and s.pids(0) == s.pids(0)[:1]
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.exit_code() == 0
+
+
+def test_a_child_that_crashes_after_its_start_is_started_again(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised(**{"0": "crash-once"})
+    s.wait_ready(0, starts=2)  # exited 3 after 0.5 s, then started again
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.exit_code() == 0
+
+
+def test_a_child_that_cannot_start_stops_the_others_with_its_code(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised(**{"1": "fail"})
+    assert s.exit_code() == 2
+    assert s.lines(0)[1:] == ["SIGTERM"]
+    assert len(list(s.folder.glob("start-1-*"))) == 1  # not started again
+
+
+def test_children_die_with_a_killed_supervisor(supervised) -> None:  # type: ignore[no-untyped-def]
+    s = supervised()
+    s.wait_ready(0), s.wait_ready(1)
+    pids = s.pids(0) + s.pids(1)
+    s.proc.kill()  # the supervisor alone: the children are in groups of their own
+    s.proc.wait(10)
+    wait_for("the children to die with it", lambda: all(gone(p) for p in pids), timeout=10)
