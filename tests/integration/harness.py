@@ -86,7 +86,8 @@ class Process:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def kill(self) -> None:
-        """SIGKILL the whole group: the worker and its pool children die mid-task."""
+        """SIGKILL the whole group: the worker and its pool children die mid-task
+        (``airlock worker``'s children, in groups of their own, die with it)."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
@@ -120,9 +121,13 @@ def celery_worker(
     concurrency: int = 2,
     *,
     include: Sequence[str] = (),
+    supervised: bool = False,
 ) -> Process:
+    """``celery -A workers worker`` (prefork), or with ``supervised`` ``airlock worker``
+    as it runs on Redis: ``concurrency`` solo workers under its supervisor."""
+    command = ["workers.cli"] if supervised else ["celery", "-A", "workers"]
     argv = [
-        sys.executable, "-m", "celery", "-A", "workers", "worker", "-l", "info",
+        sys.executable, "-m", *command, "worker", "-l", "info",
         "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     if include:  # modules the worker imports as it starts (``celery worker --include``)
@@ -162,12 +167,14 @@ class Stack:
     def enqueue(self, run_id: str, delay: float | None = None) -> None:
         self.celery.send_task(RUN_SEGMENT, (run_id,), countdown=delay)
 
-    def worker(self, concurrency: int = 2, include: Sequence[str] = ()) -> Process:
+    def worker(
+        self, concurrency: int = 2, include: Sequence[str] = (), *, supervised: bool = False
+    ) -> Process:
         self._workers += 1
         name = f"w{self._workers}"
         log = self.tmp / f"{name}.log"
         worker = celery_worker(
-            self.config, self.outbox, log, name, concurrency, include=include
+            self.config, self.outbox, log, name, concurrency, include=include, supervised=supervised
         ).start()
         self.processes.append(worker)
         wait_ready(worker)

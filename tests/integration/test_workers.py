@@ -111,35 +111,44 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
     assert stack.executions()[send_key(run.id)] == 1
 
 
-def test_killed_worker_mid_write_fails_the_run_instead_of_writing_twice(stack: Stack) -> None:
-    worker = stack.worker()
+SUPERVISED = pytest.mark.parametrize("supervised", [False, True], ids=["prefork", "airlock-worker"])
+"""Under ``celery -A workers worker`` (prefork) and ``airlock worker`` (solo workers under
+its supervisor, which take their segments with them when the supervisor is killed)."""
+
+
+@SUPERVISED
+def test_killed_worker_mid_write_fails_the_run_instead_of_writing_twice(
+    stack: Stack, supervised: bool
+) -> None:
+    worker = stack.worker(supervised=supervised)
     stack.beat()
     run, _ = stack.service.start_run("slow_write", "mail")
     stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
     approve(stack, run.id)
     wait_for("the write to start", lambda: stack.starts()[f"send_email.start {run.id}:call_1_0"])
     worker.kill()
-    stack.worker()
+    stack.worker(supervised=supervised)
     failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
     assert "started but its outcome was never recorded" in (failed.error or "")
     assert stack.starts()[f"send_email.start {run.id}:call_1_0"] == 1
     assert failed.has_checkpoint  # a failed run keeps its checkpoint for retry
 
 
+@SUPERVISED
 def test_a_worker_killed_right_after_a_policy_approved_write_never_writes_twice(
-    stack: Stack,
+    stack: Stack, supervised: bool
 ) -> None:
     """SIGKILL lands after the charge was made, before its result is recorded; the model
     gives every call a fresh id. The redone segment resumes from the written-ahead turn
     (the same call id), finds the charge in doubt and fails the run: it never asks the
     model again and never charges twice."""
-    worker = stack.worker()
+    worker = stack.worker(supervised=supervised)
     stack.beat()
     run, _ = stack.service.start_run("policy_charge", "charge 5")
     charged = f"charge {run.id}:"
     wait_for("the charge", lambda: any(k.startswith(charged) for k in stack.executions()))
     worker.kill()
-    stack.worker()
+    stack.worker(supervised=supervised)
     failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
     charges = [k for k in stack.executions().elements() if k.startswith(charged)]
     assert len(charges) == 1
