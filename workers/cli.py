@@ -99,10 +99,15 @@ def worker(ctx: typer.Context) -> None:
             fail(str(exc), 2)
         if plan is not None:
             raise typer.Exit(supervisor.supervise(plan, config))
+    import click  # noqa: PLC0415 - Celery's command line is click's
+
     from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
     from workers.celery_app import app as celery  # noqa: PLC0415
 
-    celery.worker_main(["worker", *ctx.args])
+    try:
+        celery.worker_main(["worker", *ctx.args])
+    except click.UsageError as exc:  # an option celery worker does not know, say
+        fail(f"celery worker: {exc.format_message()}", 2)
 
 
 @app.command(context_settings=PASSTHROUGH)

@@ -211,3 +211,21 @@ def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quor
     assert airlock("approve", other, env=cli_env, cwd=tmp_path).returncode == 0
     (decided,) = [e.payload for e in service.store.events.read(other) if e.kind == "decision"]
     assert decided["principal"] == auth["os_user"]
+
+
+@pytest.mark.parametrize(
+    ("broker", "args", "error"),
+    [
+        ("filesystem://", ("--bogus",), "celery worker: No such option '--bogus'"),
+        ("redis://127.0.0.1:1/0", ("-c", "0"), "-c/--concurrency must be at least 1, not 0"),
+        ("redis://127.0.0.1:1/0", ("-c", "x"), "a whole number, not 'x'"),
+        ("redis://127.0.0.1:1/0", ("-n",), "-n needs a value"),
+    ],
+)
+def test_a_worker_refuses_bad_options_in_a_line(
+    cli_env: dict[str, str], tmp_path: Path, broker: str, args: tuple[str, ...], error: str
+) -> None:
+    """No traceback: the option named, exit 2, before any broker is reached."""
+    result = airlock("worker", *args, env=cli_env | {"AIRLOCK_BROKER_URL": broker}, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert error in result.stderr and "Traceback" not in result.stderr + result.stdout
