@@ -122,8 +122,14 @@ CHILD = textwrap.dedent(
             fh.write(signal.Signals(signum).name + "\\n")
         sys.exit(1 if signum == signal.SIGINT else 0)
 
+    def noted(signum, _frame):
+        with record.open("a") as fh:
+            fh.write(signal.Signals(signum).name + "\\n")
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, on)
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, noted)
     with record.open("a") as fh:
         fh.write(f"ready {os.getpid()}\\n")
     if mode == "crash-once" and started == 0:
@@ -253,3 +259,19 @@ def test_children_die_with_a_killed_supervisor(supervised) -> None:  # type: ign
     s.proc.kill()  # the supervisor alone: the children are in groups of their own
     s.proc.wait(10)
     wait_for("the children to die with it", lambda: all(gone(p) for p in pids), timeout=10)
+
+
+def test_hup_and_usr_signals_are_passed_on_and_do_not_stop_it(supervised) -> None:  # type: ignore[no-untyped-def]
+    """Celery's own meanings (HUP restarts a worker, USR1 dumps its threads' stacks) are
+    each child's; the supervisor only passes them on, and a cold shutdown (QUIT) too."""
+    s = supervised()
+    s.wait_ready(0), s.wait_ready(1)
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        s.proc.send_signal(sig)
+        name = sig.name
+        wait_for(f"{name} in both", lambda n=name: all(n in s.lines(i) for i in (0, 1)))  # type: ignore[misc]
+    assert s.proc.poll() is None
+    s.proc.send_signal(signal.SIGQUIT)
+    assert s.exit_code() == 0
+    for i in (0, 1):
+        assert s.lines(i)[1:] == ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT"]
