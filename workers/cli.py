@@ -83,7 +83,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
     """Run the workers (extra arguments go to `celery worker`, e.g. -c 4 -l info). On a
-    Redis broker: -c processes of `celery worker -P solo` under one supervisor
+    broker server (Redis): -c processes of `celery worker -P solo` under one supervisor
     (workers.supervisor); with -P (e.g. -P prefork), one `celery worker`."""
     from workers import supervisor  # noqa: PLC0415
 

@@ -1,6 +1,6 @@
-"""``airlock worker`` on a Redis broker: ``-c N`` single-process Celery workers
-(``-P solo``) under one supervisor, instead of one worker whose prefork pool has N
-processes.
+"""``airlock worker`` on a broker server (Redis in production; any but the embedded
+broker): ``-c N`` single-process Celery workers (``-P solo``) under one supervisor,
+instead of one worker whose prefork pool has N processes.
 
 A prefork worker's main process takes each message from the broker and hands it to a
 pool process through a pipe, then reads its result back: two more process hops and
