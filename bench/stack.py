@@ -6,6 +6,9 @@ local Redis and PostgreSQL.
     .venv/bin/python -m bench.stack endurance [--quick]  # worker RSS over 10,000 runs
     .venv/bin/python -m bench.stack webhook [--quick]    # approval webhook vs /healthz
 
+``--pool prefork`` runs the worker as ``airlock worker -P prefork`` (one Celery worker
+with a prefork pool) instead of its default, two solo workers under a supervisor.
+
 Each prints its ratios and appends them, with the command, to bench/results/stack.jsonl.
 """
 
@@ -84,11 +87,18 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
         stack.close()
 
 
+WORKER_OPTIONS: list[str] = []
+"""More ``airlock worker`` options for every benchmark's worker (``--pool prefork``)."""
+
+
 def airlock_worker(name: str, *extra: str) -> list[str]:
     """``airlock worker -c 2``, as the issue measures it and a user runs it: with
     Celery's default log level (WARNING), so no line per task is written. ``extra``
     goes to ``celery worker`` (``--include bench.trace`` loads the trace points)."""
-    return [sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", f"{name}@%h", *extra]
+    return [
+        sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", f"{name}@%h",
+        *WORKER_OPTIONS, *extra,
+    ]  # fmt: skip
 
 
 def wait_answers(stack: Stack, timeout: float = 30.0) -> None:
@@ -383,7 +393,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=["w1", "parking", "endurance", "webhook"])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--pool",
+        help="run the worker as `airlock worker -P POOL` (e.g. prefork) instead of its "
+        "supervised solo workers",
+    )
     args = parser.parse_args()
+    if args.pool:
+        WORKER_OPTIONS[:] = ["-P", args.pool]
     benchmarks = {
         "w1": bench_w1,
         "parking": bench_parking,
@@ -393,7 +410,8 @@ def main() -> None:
     result = benchmarks[args.which](args.quick)
     for key, value in result.items():
         print(f"{key:>32}: {value}")
-    record("stack", f"stack {args.which}" + (" --quick" if args.quick else ""), result)
+    command = f"stack {args.which}" + (" --quick" if args.quick else "")
+    record("stack", command + (f" --pool {args.pool}" if args.pool else ""), result)
 
 
 if __name__ == "__main__":
