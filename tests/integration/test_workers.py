@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -390,3 +391,21 @@ def test_airlock_worker_runs_c_solo_workers_that_its_supervisor_keeps(
     assert worker.proc.wait(30) == 0
     assert all(not os.path.exists(f"/proc/{pid}") for pid in children)
     assert "restarted" in worker.output() or "starting another" in worker.output()
+
+
+def test_a_supervised_worker_busy_with_a_segment_leaves_the_other_to_answer(
+    stack: Stack,
+) -> None:
+    """A solo worker answers remote control only between segments: while one of
+    ``airlock worker -c 2``'s runs a slow lookup, the other answers a ping to both
+    names at once (what the compose healthcheck asks), and the busy one answers once
+    its segment ends."""
+    stack.worker(supervised=True)
+    both = [f"w1@{socket.gethostname()}", f"w1-2@{socket.gethostname()}"]
+    wait_for("both up", lambda: len(stack.celery.control.ping(both, timeout=1) or []) == 2)
+    run, _ = stack.service.start_run("slow_read", "mail")  # a 4 s lookup
+    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
+    replies = stack.celery.control.ping(destination=both, timeout=1) or []
+    assert len(replies) == 1, replies  # the idle one; the busy one is in its segment
+    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+    wait_for("both to answer", lambda: len(stack.celery.control.ping(both, timeout=1) or []) == 2)
