@@ -6,8 +6,8 @@ A prefork worker's main process takes each message from the broker and hands it 
 pool process through a pipe, then reads its result back: two more process hops and
 about 0.4 ms of the main process's CPU per task, on the path from an approval to the
 run's resume. A solo worker runs the task where it took the message (measured, W1
-over HTTP, paired: approve → completed 0.7-1.1 ms lower at p50, 1.17x the runs per
-second, 0.82x the worker's CPU per run; BENCHMARKS.md, issue 17). Each
+over HTTP, paired: approve → completed 0.4-1.1 ms lower at p50, 1.17-1.29x the runs
+per second, 0.73-0.82x the worker's CPU per run; BENCHMARKS.md, issue 17). Each
 child is a whole Celery worker: it claims with prefetch 1, acknowledges late and shuts
 down warm or cold as ``celery worker`` does; the database's guarded claim, leases and
 ledger are the same for every pool.
