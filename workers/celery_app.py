@@ -160,16 +160,13 @@ def pool_warning(pool_cls: object) -> str | None:
 
 
 @worker_init.connect
-def _warn_of_the_pool(sender: Any = None, **_: object) -> None:
-    warning = pool_warning(getattr(sender, "pool_cls", None))
+def _as_the_pool_needs(sender: Any = None, **_: object) -> None:
+    pool_cls = getattr(sender, "pool_cls", None)
+    warning = pool_warning(pool_cls)
     if warning is not None:
         log.warning(warning, extra={"action": "worker.pool"})
-
-
-@worker_init.connect
-def _solo_holds_connections(sender: Any = None, **_: object) -> None:
-    # a solo worker runs its tasks in this thread, as a pool child runs them in its own
-    if getattr(getattr(sender, "pool_cls", None), "__module__", None) == SOLO_POOL:
+    if getattr(pool_cls, "__module__", None) == SOLO_POOL:
+        # a solo worker runs its tasks in this thread, as a pool child runs them in its own
         service().hold_connections()
 
 

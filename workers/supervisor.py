@@ -44,7 +44,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -231,7 +231,7 @@ class Supervisor:
                     child.process.send_signal(signum)
 
 
-def die_with(supervisor: int, *, kill: Callable[[int, int], None] = os.kill) -> None:
+def die_with(supervisor: int) -> None:
     """In a child: be killed when the supervisor ``supervisor`` dies (Linux's
     ``PR_SET_PDEATHSIG``; elsewhere a thread that watches the parent)."""
     if sys.platform.startswith("linux"):
@@ -244,11 +244,11 @@ def die_with(supervisor: int, *, kill: Callable[[int, int], None] = os.kill) -> 
         def watch() -> None:
             while os.getppid() == supervisor:
                 time.sleep(1.0)
-            kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=watch, name="airlock-supervisor-watch", daemon=True).start()
     if os.getppid() != supervisor:  # it died before the above
-        kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def supervise(plan: Plan, config: Settings) -> int:
