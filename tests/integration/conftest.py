@@ -11,7 +11,8 @@ from tests.conftest import IN_CI, migrate
 from tests.integration.harness import Stack
 
 REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_DB = 11  # the integration tests' own database number on the shared Redis
+# the integration tests' own database number on the shared Redis (another for a parallel run)
+REDIS_DB = int(os.environ.get("AIRLOCK_TEST_REDIS_DB", "11"))
 
 pytestmark = pytest.mark.integration
 
