@@ -167,12 +167,12 @@ class DecisionOutcome:
     ``partial``: this principal's approval was recorded; the quorum is not reached yet.
     ``duplicate``: the same decision (or webhook id, or this principal's same approval)
     was already applied; ``stored`` is the decision, if one was made.
-    ``conflict``: the run is not waiting, the digest is of another turn, another
-    decision already won, or this principal approved another decision for the turn
-    (``reason`` says which). ``not_found``: no such run.
+    ``withdrawn``: this principal's approval was withdrawn before the quorum was reached.
+    ``conflict``: the run is not waiting, the digest is of another turn, or another
+    decision already won (``reason`` says which). ``not_found``: no such run.
     """
 
-    result: Literal["recorded", "partial", "duplicate", "conflict", "not_found"]
+    result: Literal["recorded", "partial", "duplicate", "withdrawn", "conflict", "not_found"]
     stored: DecisionRecord | None = None
     reason: str | None = None
     expired: bool = False

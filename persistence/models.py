@@ -217,7 +217,8 @@ class ApprovalRow(Base):
     roles it acted with."""
     decision: Mapped[dict[str, Any]] = mapped_column(JSON)
     proposal: Mapped[str] = mapped_column(String(64))
-    """A digest of ``decision``: approvals count together when theirs are equal."""
+    """A digest of the decision's effect (the calls it approves, with the arguments they
+    run with): approvals count together when theirs are equal, whatever their wording."""
     webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     created_at: Mapped[datetime]
 

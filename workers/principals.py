@@ -137,6 +137,10 @@ class Authority:
     """How many distinct principals must approve this decision before it applies."""
     roles: list[str]
     """The principal's roles that the covered calls asked for."""
+    effect: dict[str, JsonValue] = field(default_factory=dict)
+    """What the decision does to each covered call, whatever its wording: ``deny``, or
+    ``{"approve": <the arguments it runs with>}``. Approvals toward a quorum count
+    together when their effects are equal."""
 
 
 def authorise(
@@ -161,6 +165,7 @@ def authorise(
     used: set[str] = set()
     quorum = 1
     approves = False
+    effect: dict[str, JsonValue] = {}
     for call, decision in covered:
         roles, needed = agent.approval_of(call.name)
         if not principal.holds_any(roles):
@@ -170,6 +175,10 @@ def authorise(
         if isinstance(decision, Approve | Edit):
             approves = True
             quorum = max(quorum, needed)
+            runs_with = decision.arguments if isinstance(decision, Edit) else call.arguments
+            effect[call.id] = {"approve": dict(runs_with)}
+        else:
+            effect[call.id] = "deny"
     if refused:
         raise ForbiddenError(
             f"{principal.id} holds none of the roles that may decide "
@@ -185,4 +194,5 @@ def authorise(
         approves=approves,
         quorum=quorum,
         roles=sorted(used),
+        effect=effect,
     )

@@ -92,9 +92,10 @@ class ConflictError(Exception):
 class DecisionResult:
     """``recorded``: this request won (202). ``partial``: this principal's approval was
     recorded, more are needed (200). ``duplicate``: the same decision (or this
-    principal's same approval) was already applied (200)."""
+    principal's same approval) was already applied (200). ``withdrawn``: this
+    principal's approval was withdrawn (200)."""
 
-    result: Literal["recorded", "partial", "duplicate"]
+    result: Literal["recorded", "partial", "duplicate", "withdrawn"]
     decision: dict[str, JsonValue]
     approver: str | None
     approved_by: tuple[str, ...] = ()
@@ -247,23 +248,33 @@ class Service:
         if run is None:
             raise UnknownRunError(f"no run has id {run_id!r}")
         stored = body.stored()
-        expiry = principal is AIRLOCK
-        authority: Authority | None = None
-        waits = run.status is RunStatus.WAITING_FOR_APPROVAL
-        if waits and run.turn_digest == body.turn_digest and not expiry:
-            # the expiry's whole-turn deny fits every turn: it needs no readable state
-            authority = self._authorise(run, stored, principal)
-        payload: dict[str, JsonValue] = {
-            "turn_digest": body.turn_digest,
-            "approver": principal.id,
-            "source": principal.source,
-            "principal": principal.id,
-            "auth": principal.auth(authority.roles if authority else []),
-            "roles": list(authority.roles) if authority else [],
-            "covered_calls": list(authority.covered) if authority else [],
-            **stored,
-        }
-        if authority is not None and authority.approves and authority.quorum > 1:
+        decisions = self.store.decisions
+        if principal is AIRLOCK:
+            # the expiry's whole-turn deny: Airlock's own, guarded on the approval expired
+            outcome = decisions.record_decision(
+                run.id,
+                body.turn_digest,
+                stored,
+                approver=principal.id,
+                webhook_id=webhook_id,
+                events=[*also, ("decision", self._audit(body, principal, None, stored))],
+                expiry=True,
+            )
+            return self._outcome(run.id, outcome, stored, principal, 1)
+        if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest != body.turn_digest:
+            # Check and act in one step: a decision is authorised on the turn this read
+            # shows waiting, and its write re-checks that turn. A turn the read does not
+            # show waiting is answered from what is stored (a replay, the same decision
+            # again) or refused; nothing is written for it, whatever happens next.
+            explained = decisions.explain(run.id, body.turn_digest, stored, webhook_id)
+            return self._outcome(run.id, explained, stored, principal, 1)
+        # The authority is worked out on this read's turn: its digest (which binds the run,
+        # the suspension and its calls), its checkpoint, the run's agent and requester
+        # (never changed). The write below is guarded on the run still waiting on this
+        # digest with its approval live, in its own statement (or under the row's lock).
+        authority = self._authorise(run, stored, principal)
+        payload = self._audit(body, principal, authority, stored)
+        if authority.approves and authority.quorum > 1:
             return self._approve(
                 run,
                 stored=stored,
@@ -273,16 +284,56 @@ class Service:
                 webhook_id=webhook_id,
                 also=also,
             )
-        outcome = self.store.decisions.record_decision(
+        outcome = decisions.record_decision(
             run.id,
             body.turn_digest,
             stored,
             approver=principal.id,
             webhook_id=webhook_id,
             events=[*also, ("decision", payload)],
-            expiry=expiry,
         )
         return self._outcome(run.id, outcome, stored, principal, 1)
+
+    @staticmethod
+    def _audit(
+        body: DecisionBody,
+        principal: Principal,
+        authority: Authority | None,
+        stored: dict[str, JsonValue],
+    ) -> dict[str, JsonValue]:
+        """The payload of a decision's (or an approval's) audit event."""
+        roles: list[str] = list(authority.roles) if authority else []
+        return {
+            "turn_digest": body.turn_digest,
+            "approver": principal.id,
+            "source": principal.source,
+            "principal": principal.id,
+            "auth": principal.auth(roles),
+            "roles": list(roles),
+            "covered_calls": list(authority.covered) if authority else [],
+            **({"effect": authority.effect} if authority else {}),
+            **stored,
+        }
+
+    def withdraw_approval(
+        self, run_id: str, turn_digest: str, principal: Principal
+    ) -> DecisionResult:
+        """Withdraw ``principal``'s approval of the turn that waits, before its quorum is
+        reached (an ``approval`` event with ``withdrawn``). Raises ``UnknownRunError`` and
+        ``ConflictError`` (no such approval, or the turn no longer waits)."""
+        event: Event = (
+            "approval",
+            {
+                "turn_digest": turn_digest,
+                "approver": principal.id,
+                "principal": principal.id,
+                "source": principal.source,
+                "auth": principal.auth([]),
+                "withdrawn": True,
+            },
+        )
+        outcome = self.store.decisions.withdraw(run_id, turn_digest, principal.id, [event])
+        return self._outcome(run_id, outcome, {}, principal, 1)
 
     def _approve(
         self,
@@ -299,8 +350,10 @@ class Service:
         the run waits on (which ``authority`` was worked out for)."""
         quorum = authority.quorum
 
-        def audit(approved_by: tuple[str, ...], reached: bool) -> list[Event]:
+        def audit(approved_by: tuple[str, ...], reached: bool, replaced: bool) -> list[Event]:
             tally: dict[str, JsonValue] = {"approved_by": list(approved_by), "quorum": quorum}
+            if replaced:
+                tally["replaced"] = True
             return [*also, ("decision" if reached else "approval", payload | tally)]
 
         assert run.turn_digest is not None
@@ -308,6 +361,7 @@ class Service:
             run.id,
             run.turn_digest,
             stored,
+            effect=authority.effect,
             principal=principal.id,
             auth=principal.auth(authority.roles),
             quorum=quorum,
@@ -338,6 +392,8 @@ class Service:
                 return DecisionResult(
                     "duplicate", decided.decision, decided.approver, approved_by, quorum
                 )
+            case "withdrawn":
+                return DecisionResult("withdrawn", stored, principal.id)
             case "not_found":
                 raise UnknownRunError(f"no run has id {run_id!r}")
             case "conflict":

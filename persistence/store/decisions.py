@@ -20,9 +20,10 @@ from persistence.store.dialects import Writes
 
 RUNS, DECISIONS, APPROVALS = sql.RUNS, sql.DECISIONS, sql.APPROVALS
 
-Audit = Callable[[tuple[str, ...], bool], Sequence[Event]]
+Audit = Callable[[tuple[str, ...], bool, bool], Sequence[Event]]
 """The events a principal's approval writes, given the principals that approved the
-same decision so far (this one last) and whether that reached the quorum."""
+same effect so far (this one last), whether that reached the quorum, and whether it
+replaced an approval of another effect by the same principal."""
 
 
 class _NotWaitingError(Exception):
@@ -64,7 +65,7 @@ class Decisions:
                 if not self._ctx.sql.decide(s, params, row, events, expiry=expiry):
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
-            return self._explain_lost(run_id, turn_digest, decision, webhook_id)
+            return self.explain(run_id, turn_digest, decision, webhook_id)
         return DecisionOutcome("recorded", record)
 
     def approve(
@@ -73,6 +74,7 @@ class Decisions:
         turn_digest: str,
         decision: dict[str, JsonValue],
         *,
+        effect: dict[str, JsonValue],
         principal: str,
         auth: dict[str, JsonValue],
         quorum: int,
@@ -80,14 +82,16 @@ class Decisions:
         webhook_id: str | None = None,
     ) -> DecisionOutcome:
         """Record ``principal``'s approval of ``decision`` for the turn that waits; the
-        approval that makes ``quorum`` distinct principals of the same decision also
-        records the decision and moves the run waiting → queued, in its transaction.
+        approval that makes ``quorum`` distinct principals of the same ``effect`` (what
+        the decision does to each call it covers, whatever its wording) also records
+        the decision and moves the run waiting → queued, in its transaction. An
+        approval of another effect by the same principal replaces theirs.
 
         The transaction locks the run's row first (``FOR UPDATE``; SQLite's writers
         queue on ``BEGIN IMMEDIATE``), so concurrent approvals are counted one after
-        another and exactly one of them reaches the quorum. A principal's second
-        approval of the turn, a webhook id used before, or a turn no longer waiting
-        rolls it all back and is explained as ``record_decision``'s are.
+        another and exactly one of them reaches the quorum. The same approval again, a
+        webhook id used before, or a turn no longer waiting rolls it all back and is
+        explained as ``record_decision``'s are.
         """
         rid = parse_run_id(run_id)
         if rid is None:
@@ -96,12 +100,14 @@ class Decisions:
             run_id, turn_digest, decision, principal, webhook_id, self._ctx.now()
         )
         now = record.created_at
-        proposal = proposal_of(run_id, turn_digest, decision)
+        proposal = proposal_of(run_id, turn_digest, effect)
         params = {"rid": rid, "digest": turn_digest, "now": now}
+        mine = params | {"principal": principal, "proposal": proposal}
         try:
             with self._ctx.conns.tx() as s:
                 if s.execute(_LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
+                replaced = s.execute(_REPLACE_MINE, mine).rowcount > 0
                 s.execute(
                     APPROVALS.insert(),
                     {
@@ -117,7 +123,7 @@ class Decisions:
                 )
                 approved_by = tuple(s.scalars(_SAME_PROPOSAL, params | {"proposal": proposal}))
                 reached = len(approved_by) >= quorum
-                events = audit(approved_by, reached)
+                events = audit(approved_by, reached, replaced)
                 if reached:
                     row = self._row(record)
                     if not self._ctx.sql.decide(s, params, row, events, expiry=False):
@@ -127,10 +133,37 @@ class Decisions:
                 ):
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
-            return self._explain_lost(run_id, turn_digest, decision, webhook_id, principal)
+            return self.explain(
+                run_id, turn_digest, decision, webhook_id, principal=principal, proposal=proposal
+            )
         if not reached:
             return DecisionOutcome("partial", approved_by=approved_by)
         return DecisionOutcome("recorded", record, approved_by=approved_by)
+
+    def withdraw(
+        self, run_id: str, turn_digest: str, principal: str, events: Sequence[Event]
+    ) -> DecisionOutcome:
+        """Withdraw ``principal``'s approval of the turn that waits, with ``events``, in
+        one transaction under the run's lock (so it is counted by no approval after
+        it): ``withdrawn``; ``conflict`` when it has none or the turn no longer waits
+        (a quorum reached is final)."""
+        rid = parse_run_id(run_id)
+        if rid is None:
+            return DecisionOutcome("not_found")
+        params = {"rid": rid, "digest": turn_digest, "now": self._ctx.now()}
+        with self._ctx.conns.tx() as s:
+            if s.execute(_LOCK_WAITING, params).first() is not None:
+                mine = params | {"principal": principal, "proposal": ""}
+                if s.execute(_REPLACE_MINE, mine).rowcount:
+                    noted = self._ctx.sql.with_events(
+                        s, "approval", _approval_noted, params, Writes(events)
+                    )
+                    assert noted, "the run's row is locked and checked"
+                    return DecisionOutcome("withdrawn")
+                why = f"{principal} has no approval of this turn to withdraw"
+                return DecisionOutcome("conflict", None, why)
+        with self._ctx.conns.one() as s:
+            return self._why_not_waiting(s, run_id, turn_digest)
 
     def _row(self, record: DecisionRecord) -> dict[str, Any]:
         """The ``decisions`` row of ``record``, its decision sealed."""
@@ -168,14 +201,19 @@ class Decisions:
             created_at=row["created_at"],
         )
 
-    def _explain_lost(
+    def explain(
         self,
         run_id: str,
         turn_digest: str,
         decision: dict[str, JsonValue],
         webhook_id: str | None,
+        *,
         principal: str | None = None,
+        proposal: str | None = None,
     ) -> DecisionOutcome:
+        """Why ``decision`` is not recorded for the turn, read only: a replay of its
+        webhook id, the same decision already made (``duplicate``), this principal's
+        same approval (``proposal``) already counted, or a ``conflict`` saying why."""
         with self._ctx.conns.one() as s:
             if webhook_id is not None:
                 replay = self._replay(s, run_id, webhook_id)
@@ -183,36 +221,29 @@ class Decisions:
                     return replay
             stored = self._decision(s, run_id, turn_digest)
             if stored is not None:
-                if stored.decision == decision:
+                if stored.decision == decision or self._decided_by(s, stored, proposal):
                     return DecisionOutcome("duplicate", stored)
                 return DecisionOutcome(
                     "conflict", stored, "another decision for this turn was already recorded"
                 )
-            if principal is not None:
-                mine = self._own_approval(s, run_id, turn_digest, principal, decision)
-                if mine is not None:
-                    return mine
+            if principal is not None and proposal is not None:
+                mine = sql.row_of(
+                    s, APPROVALS, run_id, turn_digest=turn_digest, principal=principal
+                )
+                if mine is not None and mine["proposal"] == proposal:
+                    same = {"rid": mine["run_id"], "digest": turn_digest, "proposal": proposal}
+                    approved_by = tuple(s.scalars(_SAME_PROPOSAL, same))
+                    return DecisionOutcome("duplicate", approved_by=approved_by)
             return self._why_not_waiting(s, run_id, turn_digest)
 
-    def _own_approval(
-        self,
-        s: Connection,
-        run_id: str,
-        turn_digest: str,
-        principal: str,
-        decision: dict[str, JsonValue],
-    ) -> DecisionOutcome | None:
-        """``principal`` already approved this turn: the same decision is a duplicate
-        (the approvals of it so far come back), another one a conflict."""
-        row = sql.row_of(s, APPROVALS, run_id, turn_digest=turn_digest, principal=principal)
-        if row is None:
-            return None
-        if row["proposal"] != proposal_of(run_id, turn_digest, decision):
-            return DecisionOutcome(
-                "conflict", None, f"{principal} already approved another decision for this turn"
-            )
-        same = {"rid": row["run_id"], "digest": turn_digest, "proposal": row["proposal"]}
-        return DecisionOutcome("duplicate", approved_by=tuple(s.scalars(_SAME_PROPOSAL, same)))
+    def _decided_by(self, s: Connection, stored: DecisionRecord, proposal: str | None) -> bool:
+        """Whether the quorum that made ``stored`` approved the effect ``proposal``."""
+        if proposal is None or stored.approver is None:
+            return False
+        won = sql.row_of(
+            s, APPROVALS, stored.run_id, turn_digest=stored.turn_digest, principal=stored.approver
+        )
+        return won is not None and won["proposal"] == proposal
 
     def _replay(self, s: Connection, run_id: str, webhook_id: str) -> DecisionOutcome | None:
         replay = (
@@ -278,6 +309,15 @@ _USED_ELSEWHERE = DecisionOutcome(
 _LOCK_WAITING = select(RUNS.c.id).where(sql.waiting_guard(expiry=False)).with_for_update()
 """The run's row, locked, while it waits on the turn with its approval live."""
 
+_REPLACE_MINE = APPROVALS.delete().where(
+    APPROVALS.c.run_id == bindparam("rid"),
+    APPROVALS.c.turn_digest == bindparam("digest"),
+    APPROVALS.c.principal == bindparam("principal"),
+    APPROVALS.c.proposal != bindparam("proposal"),
+)
+"""The principal's approval of the turn with another effect than ``proposal`` (with
+'', every one: a withdrawal)."""
+
 _SAME_PROPOSAL = (
     select(APPROVALS.c.principal)
     .where(
@@ -295,10 +335,10 @@ def _approval_noted() -> Any:
     return update(RUNS).where(RUNS.c.id == bindparam("rid")).values(updated_at=bindparam("now"))
 
 
-def proposal_of(run_id: str, turn_digest: str, decision: dict[str, JsonValue]) -> str:
-    """What approvals of the same decision share: a digest of it, bound to the run and
+def proposal_of(run_id: str, turn_digest: str, effect: dict[str, JsonValue]) -> str:
+    """What approvals of the same effect share: a digest of it, bound to the run and
     turn (so equal edits on two runs do not show as equal)."""
-    return sha256_hex({"run_id": run_id, "turn_digest": turn_digest, "decision": decision})
+    return sha256_hex({"run_id": run_id, "turn_digest": turn_digest, "effect": effect})
 
 
 def to_decision(row: Mapping[Any, Any], cipher: StateCipher) -> DecisionRecord:

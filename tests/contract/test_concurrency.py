@@ -125,13 +125,14 @@ def test_concurrent_event_appends_stay_gap_free(repo: RunStore) -> None:
 
 
 def vote(repo: RunStore, run_id: str, digest: str, principal: str, quorum: int) -> DecisionOutcome:
-    def audit(approved_by: tuple[str, ...], reached: bool) -> list[Event]:
+    def audit(approved_by: tuple[str, ...], reached: bool, replaced: bool) -> list[Event]:
         return [("decision" if reached else "approval", {"approved_by": list(approved_by)})]
 
     return repo.decisions.approve(
         run_id,
         digest,
         APPROVE,
+        effect={"call-1": {"approve": {}}},
         principal=principal,
         auth={"method": "test"},
         quorum=quorum,
