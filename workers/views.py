@@ -44,6 +44,10 @@ class ApprovalView(BaseModel):
     principal: str
     auth: dict[str, JsonValue]
     decision: str
+    arguments: dict[str, JsonValue]
+    """The arguments this approval runs the call with (an edit's, or the call's own)."""
+    reason: str | None
+    """The approver's own words, if any (approvals count together whatever they say)."""
     at: str | None
 
 
@@ -153,7 +157,7 @@ def approvals_of(
     service: Service, run: Run, state: SuspendedRunState
 ) -> dict[str, list[JsonValue]]:
     """Per call, the approvals recorded toward its quorum: each principal's approval
-    that approves (or edits) it."""
+    that approves (or edits) it, with the arguments it approved and its reason."""
     found: dict[str, list[JsonValue]] = {}
     for approval in service.approvals(run):
         try:
@@ -163,15 +167,30 @@ def approvals_of(
         for call in state.pending_calls:
             decided = decisions if isinstance(decisions, Approve | Deny) else decisions.get(call.id)
             if isinstance(decided, Approve | Edit) and call.requires_approval:
+                edited = isinstance(decided, Edit)
+                runs_with = decided.arguments if isinstance(decided, Edit) else call.arguments
+                reason = _reason_for(approval.decision, call.id)
                 found.setdefault(call.id, []).append(
                     {
                         "principal": approval.principal,
                         "auth": approval.auth,
-                        "decision": "edit" if isinstance(decided, Edit) else "approve",
+                        "decision": "edit" if edited else "approve",
+                        "arguments": dict(runs_with),
+                        "reason": reason,
                         "at": iso(approval.created_at),
                     }
                 )
     return found
+
+
+def _reason_for(decision: dict[str, Any], call_id: str) -> str | None:
+    """The reason an approver gave for a call: its own, else the decision's."""
+    calls = decision.get("calls")
+    own = calls.get(call_id) if isinstance(calls, dict) else None
+    if isinstance(own, dict) and own.get("reason"):
+        return str(own["reason"])
+    reason = decision.get("reason")
+    return str(reason) if reason else None
 
 
 def run_view(service: Service, run: Run) -> dict[str, JsonValue]:

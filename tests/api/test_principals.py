@@ -355,3 +355,81 @@ def test_hostile_principal_names_are_refused_at_the_door(
     created = api.client.post("/v1/runs", content=body, headers=api.headers())
     problem(created, 422)
     assert state_of(api, run_id) == before
+
+
+# -- issue 26, defect 5: approvals count by what they approve, not how they say it -----------
+
+
+def test_approvals_worded_differently_count_toward_one_quorum(api: Api, issuer: Issuer) -> None:
+    """Before, approvals counted together only when their stored decisions were equal
+    byte for byte: one with a reason and one without both got ``partial``, every retry
+    409, and the run waited forever while its view showed 2 of 2."""
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    call_id = view["pending"]["calls"][0]["id"]
+    alice, bob = issuer.bearer("alice", TREASURY), issuer.bearer("bob", TREASURY)
+    first = by_token(api, run_id, approve(digest, reason="checked the invoice"), alice)
+    assert first.status_code == 200 and first.json()["result"] == "partial", first.text
+    (seen,) = api.run(run_id)["pending"]["calls"][0]["approvals"]
+    assert (seen["principal"], seen["arguments"], seen["reason"]) == (
+        "alice",
+        {"amount": 100},
+        "checked the invoice",
+    )
+    # bob names the call and says nothing: the same effect
+    per_call = approve(digest, calls={call_id: {"decision": "approve"}})
+    second = by_token(api, run_id, per_call, bob)
+    assert second.status_code == 202, second.text
+    assert second.json()["approved_by"] == ["alice", "bob"]
+    (decision,) = events(api, run_id, "decision")
+    assert decision["approved_by"] == ["alice", "bob"]
+    assert decision["effect"] == {call_id: {"approve": {"amount": 100}}}
+    api.segment(run_id)
+    assert api.run(run_id)["status"] == "completed"
+
+
+def test_an_edit_counts_only_with_approvals_of_the_same_arguments(api: Api, issuer: Issuer) -> None:
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    call_id = view["pending"]["calls"][0]["id"]
+    alice, bob = issuer.bearer("alice", TREASURY), issuer.bearer("bob", TREASURY)
+
+    def edit(amount: int) -> dict[str, Any]:
+        return approve(
+            digest, calls={call_id: {"decision": "edit", "arguments": {"amount": amount}}}
+        )
+
+    assert by_token(api, run_id, edit(50), alice).json()["result"] == "partial"
+    other = by_token(api, run_id, approve(digest), bob)  # 100, not 50: not the same effect
+    assert other.status_code == 200 and other.json()["approved_by"] == ["bob"]
+    # alice changes her mind: her new approval replaces her edit, and makes the quorum
+    changed = by_token(api, run_id, approve(digest, reason="100 is right"), alice)
+    assert changed.status_code == 202, changed.text
+    assert changed.json()["approved_by"] == ["bob", "alice"]
+    approvals = events(api, run_id, "decision")
+    assert approvals[0]["replaced"] is True
+    api.segment(run_id)
+    assert api.run(run_id)["status"] == "completed"
+    (entry,) = api.service.store.ledger.entries(run_id)
+    assert entry.result == "moved 100"
+
+
+def test_a_withdrawn_approval_no_longer_counts(api: Api, issuer: Issuer) -> None:
+    from workers.principals import Principal
+
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    alice = Principal(id="alice", method="oidc", roles=frozenset(TREASURY), issuer=issuer.url)
+    assert (
+        by_token(api, run_id, approve(digest), issuer.bearer("alice", TREASURY)).status_code == 200
+    )
+    assert api.service.withdraw_approval(run_id, digest, alice).result == "withdrawn"
+    assert api.run(run_id)["pending"]["calls"][0]["approvals"] == []
+    (_, withdrawn) = events(api, run_id, "approval")
+    assert withdrawn["withdrawn"] is True and withdrawn["principal"] == "alice"
+    again = by_token(api, run_id, approve(digest), issuer.bearer("bob", TREASURY))
+    assert again.status_code == 200 and again.json()["approved_by"] == ["bob"]
+    from workers.service import ConflictError
+
+    with pytest.raises(ConflictError, match="no approval of this turn"):
+        api.service.withdraw_approval(run_id, digest, alice)
