@@ -17,8 +17,10 @@ The supervisor:
 - starts the children as ``airlock worker -P solo`` with the other arguments as given.
   The first keeps the node name (``-n``, default ``celery@%h``); the others get ``-2``,
   ``-3``… after its name. Only the first runs an embedded beat (``-B``);
-- forwards TERM, INT, QUIT, HUP, USR1 and USR2 to each child. The children are in
-  process groups of their own, so a terminal's Ctrl-C reaches them once, through it;
+- forwards TERM, INT, QUIT, HUP, USR1 and USR2 once to each child, a child being
+  started when the signal comes included, and starts none after a TERM, INT or QUIT.
+  The children are in process groups of their own, so a terminal's Ctrl-C reaches them
+  once, through it;
 - starts a child again when one dies (a crash, SIGKILL, the kernel's OOM killer),
   unless it died in its first seconds: a child that cannot start stops them all, and
   the supervisor exits with its code;
@@ -44,7 +46,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -159,6 +162,12 @@ class Child:
     started: float = 0.0
 
 
+def spawn(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """A child in a process group of its own: a signal to the supervisor's group (a
+    terminal's Ctrl-C) reaches it once, through the supervisor."""
+    return subprocess.Popen(argv, env=env, process_group=0)
+
+
 @dataclass
 class Supervisor:
     children: list[Child]
@@ -166,16 +175,20 @@ class Supervisor:
     command: Sequence[str] = (sys.executable, "-m", "workers.cli", "worker")
     startup_seconds: float = STARTUP_SECONDS
     poll_seconds: float = 0.1
+    spawn: Callable[[Sequence[str], Mapping[str, str]], subprocess.Popen[bytes]] = spawn
     stopping: bool = False
     codes: list[int] = field(default_factory=list)
+    pending: deque[int] = field(default_factory=deque)
+    """Signals received and not yet passed on."""
 
     def run(self) -> int:
         """Start the children, keep them running until they exit; the exit code."""
-        previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
+        previous = {sig: signal.signal(sig, self._receive) for sig in FORWARDED}
         try:
             for child in self.children:
                 self._start(child)
             while any(c.process is not None for c in self.children):
+                self._deliver()
                 time.sleep(self.poll_seconds)
                 for child in self.children:
                     self._reap(child)
@@ -184,12 +197,16 @@ class Supervisor:
                 signal.signal(sig, handler)
         return next((code for code in self.codes if code != 0), 0)
 
-    def _start(self, child: Child) -> None:
-        if self.stopping:  # a signal came while the children were being started
-            return
-        env = {**self.env, CHILD: str(os.getpid())}
-        child.process = subprocess.Popen([*self.command, *child.argv], env=env, process_group=0)
+    def _start(self, child: Child) -> bool:
+        """Start ``child`` unless a stop was asked for; whether it was started."""
+        self._deliver()  # a signal that came before it is the others' alone
+        if self.stopping:
+            return False
+        child.process = self.spawn(
+            [*self.command, *child.argv], {**self.env, CHILD: str(os.getpid())}
+        )
         child.started = time.monotonic()
+        return True
 
     def _reap(self, child: Child) -> None:
         process = child.process
@@ -198,31 +215,36 @@ class Supervisor:
         child.process = None
         code = code if code >= 0 else 128 - code  # killed by a signal: the shell's code
         ran = time.monotonic() - child.started
-        if self.stopping or code == 0:
-            self.codes.append(code)
-            return
-        if ran < self.startup_seconds:
+        if code != 0 and not self.stopping and ran < self.startup_seconds:
             log.error(
                 "a worker process exited %.1f s after its start (code %d); stopping",
                 ran,
                 code,
                 extra={"action": "worker.start_failed", "code": code, "argv": child.argv},
             )
-            self.codes.append(code)
-            self._signal(signal.SIGTERM)
             self.stopping = True
+            self._signal(signal.SIGTERM)
+        elif code != 0 and self._start(child):
+            log.warning(
+                "a worker process exited (code %d); starting another",
+                code,
+                extra={"action": "worker.restarted", "code": code, "argv": child.argv},
+            )
             return
-        log.warning(
-            "a worker process exited (code %d); starting another",
-            code,
-            extra={"action": "worker.restarted", "code": code, "argv": child.argv},
-        )
-        self._start(child)
+        self.codes.append(code)
 
-    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+    def _receive(self, signum: int, _frame: FrameType | None) -> None:
+        # Only noted here. A child being started is recorded only once spawn returns, so
+        # a signal passed on from a handler that runs meanwhile would miss it; the main
+        # loop passes it on (_deliver) to every child recorded by then. A stop is seen at
+        # once, so that no child is started after it.
         if signum in STOPPING:
             self.stopping = True
-        self._signal(signum)
+        self.pending.append(signum)
+
+    def _deliver(self) -> None:
+        while self.pending:
+            self._signal(self.pending.popleft())
 
     def _signal(self, signum: int) -> None:
         for child in self.children:

@@ -142,12 +142,37 @@ CHILD = textwrap.dedent(
 
 SUPERVISOR = textwrap.dedent(
     """
-    import os, sys
-    from workers.supervisor import Child, Supervisor
+    import os, signal, sys, time
+    from pathlib import Path
+    from workers.supervisor import Child, Supervisor, spawn
+
+    # SIGNAL_AT="N:before|after:NAME": as it starts its Nth child (a restart counts), the
+    # supervisor sends itself SIGNAME before the child is spawned, or once the child is
+    # up but before spawn returns, so before the supervisor has recorded it. Either way
+    # that spawn returns once the child is up, so that what reaches it is recorded.
+    at, when, name = os.environ.get("SIGNAL_AT", "0:never:TERM").split(":")
+    spawned = 0
+
+    def hooked(argv, env):
+        global spawned
+        spawned += 1
+        if spawned != int(at):
+            return spawn(argv, env)
+        if when == "before":
+            os.kill(os.getpid(), signal.Signals["SIG" + name])
+        process = spawn(argv, env)
+        record, up = Path(os.environ["RECORD"]) / f"child-{argv[-1]}.txt", f"ready {process.pid}"
+        while process.poll() is None and up not in (record.read_text() if record.exists() else ""):
+            time.sleep(0.01)
+        if when == "after":
+            os.kill(os.getpid(), signal.Signals["SIG" + name])
+        return process
 
     children = [Child((str(i),)) for i in range(2)]
     command = (sys.executable, sys.argv[1])
-    sys.exit(Supervisor(children, dict(os.environ), command, startup_seconds=0.3).run())
+    supervisor = Supervisor(children, dict(os.environ), command, startup_seconds=0.3)
+    supervisor.spawn = hooked
+    sys.exit(supervisor.run())
     """
 )
 
@@ -156,11 +181,12 @@ class Supervised:
     """A supervisor of two stand-in children (0 and 1), in a session of its own (as a
     terminal's foreground job: a signal to its group is a terminal's Ctrl-C)."""
 
-    def __init__(self, tmp: Path, **modes: str) -> None:
+    def __init__(self, tmp: Path, signal_at: str = "", **modes: str) -> None:
         self.folder = tmp
         (tmp / "child.py").write_text(CHILD)
         (tmp / "supervisor.py").write_text(SUPERVISOR)
         env = {**os.environ, "RECORD": str(tmp), "PYTHONPATH": str(ROOT)}
+        env |= {"SIGNAL_AT": signal_at} if signal_at else {}
         env |= {f"MODE_{i}": mode for i, mode in modes.items()}
         self.proc = subprocess.Popen(
             [sys.executable, str(tmp / "supervisor.py"), str(tmp / "child.py")],
@@ -171,6 +197,13 @@ class Supervised:
     def lines(self, index: int) -> list[str]:
         path = self.folder / f"child-{index}.txt"
         return path.read_text().splitlines() if path.exists() else []
+
+    def received(self, index: int) -> list[str]:
+        """The signals child ``index`` received, over all its starts."""
+        return [line for line in self.lines(index) if not line.startswith("ready")]
+
+    def starts(self, index: int) -> int:
+        return len(list(self.folder.glob(f"start-{index}-*")))
 
     def pids(self, index: int) -> list[int]:
         return [int(line.split()[1]) for line in self.lines(index) if line.startswith("ready")]
@@ -191,8 +224,8 @@ class Supervised:
 def supervised(tmp_path: Path):  # type: ignore[no-untyped-def]
     made: list[Supervised] = []
 
-    def make(**modes: str) -> Supervised:
-        made.append(Supervised(tmp_path, **modes))
+    def make(signal_at: str = "", **modes: str) -> Supervised:
+        made.append(Supervised(tmp_path, signal_at, **modes))
         return made[-1]
 
     yield make
@@ -275,3 +308,44 @@ def test_hup_and_usr_signals_are_passed_on_and_do_not_stop_it(supervised) -> Non
     assert s.exit_code() == 0
     for i in (0, 1):
         assert s.lines(i)[1:] == ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT"]
+
+
+@pytest.mark.parametrize(
+    ("signal_at", "code"),
+    [
+        ("1:before:TERM", 0),  # no child exists yet; the first is being started
+        ("1:after:INT", 1),  # the first is up, not yet recorded; the second not started
+        ("2:before:QUIT", 0),  # the first is running, the second is being started
+        ("2:after:TERM", 0),  # both up, the second not yet recorded
+    ],
+)
+def test_a_stop_as_a_child_starts_reaches_it_and_starts_no_other(  # type: ignore[no-untyped-def]
+    supervised, signal_at, code
+) -> None:
+    """Issue 26, defect 14: the stop went only to the children recorded by then, so the
+    one being started kept running and the supervisor never exited."""
+    at, _, name = signal_at.split(":")
+    s = supervised(signal_at)
+    assert s.exit_code() == code
+    for i in range(int(at)):
+        assert s.starts(i) == 1 and s.received(i) == [f"SIG{name}"], s.lines(i)
+    for i in range(int(at), 2):
+        assert s.starts(i) == 0  # none is started once a stop was asked for
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_stop_as_a_child_is_started_again_reaches_it(supervised, when) -> None:  # type: ignore[no-untyped-def]
+    s = supervised(f"3:{when}:TERM", **{"0": "crash-once"})  # the third start: 0's restart
+    assert s.exit_code() == 0
+    assert s.starts(0) == 2 and s.received(0) == ["SIGTERM"], s.lines(0)
+    assert s.starts(1) == 1 and s.received(1) == ["SIGTERM"], s.lines(1)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_hup_as_a_child_starts_reaches_each_child_once(supervised, when) -> None:  # type: ignore[no-untyped-def]
+    s = supervised(f"2:{when}:HUP")
+    wait_for("SIGHUP in both", lambda: all(s.received(i) == ["SIGHUP"] for i in (0, 1)))
+    assert s.proc.poll() is None
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.exit_code() == 0
+    assert s.received(0) == s.received(1) == ["SIGHUP", "SIGTERM"]
