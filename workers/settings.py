@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     oidc_roles_claim: str = "roles"
     oidc_algorithms: str = "RS256,ES256"
     oidc_leeway: float = Field(default=30.0, ge=0, le=300)
-    # signs the approver inbox's sign-in cookies (default: derived from the API token)
+    # keys the hash the inbox's sign-ins are stored under (the inbox's own key, derived
+    # from no other credential; changing it ends every sign-in)
     session_secret: str | None = None
     retention_days: int = Field(default=30, ge=1)
     # where the embedded broker keeps its queue folders
