@@ -251,3 +251,28 @@ class OutboxRow(Base):
         Index("ix_outbox_due", "due_at", postgresql_where=text("due_at IS NOT NULL"),
               sqlite_where=text("due_at IS NOT NULL")),
     )  # fmt: skip
+
+
+class InboxSessionRow(Base):
+    """A sign-in to the inbox, kept on the server: the cookie holds only a random token,
+    and this row (found by a keyed hash of it) what the sign-in proved. Signing out
+    deletes it, so a copied cookie ends with it."""
+
+    __tablename__ = "inbox_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    principal: Mapped[dict[str, Any]] = mapped_column(JSON)
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class SignInFailureRow(Base):
+    """Failed inbox sign-ins of one client or one name (``key``, a hash of it) in the
+    window that ends at ``window_ends``: past a few, sign-ins are refused until then."""
+
+    __tablename__ = "sign_in_failures"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    window_ends: Mapped[datetime] = mapped_column(index=True)

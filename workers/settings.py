@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     oidc_roles_claim: str = "roles"
     oidc_algorithms: str = "RS256,ES256"
     oidc_leeway: float = Field(default=30.0, ge=0, le=300)
-    # signs the approver inbox's sign-in cookies (default: derived from the API token)
+    # keys the hash the inbox's sign-ins are stored under (the inbox's own key, derived
+    # from no other credential; changing it ends every sign-in)
     session_secret: str | None = None
     retention_days: int = Field(default=30, ge=1)
     # where the embedded broker keeps its queue folders
@@ -189,13 +190,20 @@ def check_secrets(config: Settings) -> None:
         ("AIRLOCK_NOTIFY_SECRET", config.notify_secret),
         *named,
     ):
-        for secret in split_secrets(value):
-            if secret in KNOWN_DEFAULTS or len(_key_bytes(secret)) < MIN_SECRET_BYTES:
-                problems.append(
-                    f"{name} holds a known default or a key shorter than {MIN_SECRET_BYTES} bytes"
-                )
+        if any(_weak(secret) for secret in split_secrets(value)):
+            problems.append(
+                f"{name} holds a known default or a key shorter than {MIN_SECRET_BYTES} bytes"
+            )
+    if config.session_secret is not None and _weak(config.session_secret):
+        problems.append(
+            f"AIRLOCK_SESSION_SECRET is a known default or shorter than {MIN_SECRET_BYTES} bytes"
+        )
     if problems:
         raise ConfigurationError("insecure configuration: " + "; ".join(problems))
+
+
+def _weak(secret: str) -> bool:
+    return secret in KNOWN_DEFAULTS or len(_key_bytes(secret)) < MIN_SECRET_BYTES
 
 
 def _key_bytes(secret: str) -> bytes:

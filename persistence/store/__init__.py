@@ -7,7 +7,9 @@
 - ``ledger``: the tool-call ledger (``Ledger``);
 - ``queries``: reads across runs (``Queries``);
 - ``retention``: purge (``Retention``);
-- ``outbox``: outbound notifications (``OutboxStore``).
+- ``outbox``: outbound notifications (``OutboxStore``);
+- ``sessions``: the inbox's sign-ins (``SessionStore``);
+- ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``).
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
@@ -38,6 +40,8 @@ from persistence.store.outbox import OutboxStore
 from persistence.store.queries import Queries
 from persistence.store.retention import Retention
 from persistence.store.runs import Runs
+from persistence.store.sessions import SessionStore, StoredSession
+from persistence.store.throttle import SignInThrottle, Slot
 from persistence.store.transitions import Transitions
 
 __all__ = [
@@ -47,6 +51,8 @@ __all__ = [
     "LeaseLostError",
     "Prior",
     "RunStore",
+    "Slot",
+    "StoredSession",
     "UnknownRunError",
     "parse_run_id",
     "utcnow",
@@ -70,6 +76,8 @@ class RunStore:
         self.queries = Queries(ctx, self.runs)
         self.retention = Retention(ctx)
         self.outbox = OutboxStore(ctx)
+        self.sessions = SessionStore(ctx)
+        self.throttle = SignInThrottle(ctx)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

@@ -12,8 +12,10 @@ from typing import Any, Protocol
 
 import psycopg
 from pydantic import JsonValue
-from sqlalchemy import Select, func, insert
+from sqlalchemy import Select, Table, func, insert
+from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert, Update
@@ -105,6 +107,9 @@ class Statements(Protocol):
 
     def at_least(self, column: Any, value: Any) -> Any:
         """``column`` raised to ``value``, never lowered."""
+
+    def upsert(self, table: Table) -> PgInsert | SqliteInsert:
+        """The dialect's INSERT into ``table``, which takes ``on_conflict_do_update``."""
 
 
 class _Statements:
@@ -216,6 +221,9 @@ class PostgresStatements(_Statements):
     def at_least(self, column: Any, value: Any) -> Any:
         return func.greatest(column, value)
 
+    def upsert(self, table: Table) -> PgInsert | SqliteInsert:
+        return pg_insert(table)
+
 
 class SqliteStatements(_Statements):
     def hot(
@@ -306,6 +314,9 @@ class SqliteStatements(_Statements):
 
     def at_least(self, column: Any, value: Any) -> Any:
         return func.max(column, value)
+
+    def upsert(self, table: Table) -> PgInsert | SqliteInsert:
+        return sqlite_insert(table)
 
 
 def statements_for(conns: Connections, cipher: StateCipher, clock: Clock) -> Statements:

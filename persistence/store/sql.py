@@ -34,8 +34,10 @@ from persistence.models import (
     AgentRun,
     ApprovalRow,
     DecisionRow,
+    InboxSessionRow,
     OutboxRow,
     RunEventRow,
+    SignInFailureRow,
     ToolCallRow,
 )
 from persistence.store.common import Event
@@ -46,6 +48,8 @@ EVENTS = cast(Table, RunEventRow.__table__)
 CALLS = cast(Table, ToolCallRow.__table__)
 OUTBOX = cast(Table, OutboxRow.__table__)
 APPROVALS = cast(Table, ApprovalRow.__table__)
+SESSIONS = cast(Table, InboxSessionRow.__table__)
+FAILURES = cast(Table, SignInFailureRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

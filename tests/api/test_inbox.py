@@ -5,14 +5,18 @@ page, decisions through the service, and what a hostile page or input cannot do.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.api.conftest import TOKEN, Api, make_api
 from tests.integration.agents import HOSTILE_BODY
 from tests.issuer import Issuer
+from workers.inbox import CSP
+from workers.inbox.session import PER_CLIENT, PER_NAME, WINDOW
 
 
 @pytest.fixture
@@ -212,3 +216,123 @@ def test_a_token_sign_in_decides_with_its_roles(api: Api, issuer: Issuer) -> Non
     assert decide(api, run_id).status_code == 303
     (decision,) = [e.payload for e in api.service.events(run_id) if e.kind == "decision"]
     assert decision["principal"] == "paula" and decision["source"] == "oidc"
+
+
+# -- sign-ins (issue 26, defects 2 and 4) -------------------------------------------------
+
+
+def waiting_run(api: Api, agent: str) -> str:
+    """A run that waits, made through the service (the API may take no token here)."""
+    run, _ = api.service.start_run(agent, "pay INV-7", requested_by="someone")
+    api.segment(run.id)
+    assert api.service.get_run(run.id).status.value == "waiting_for_approval"
+    return run.id
+
+
+def test_no_cookie_key_is_derived_from_the_webhook_secret(db_url: str, issuer: Issuer) -> None:
+    """Issue 26, defect 2: with OIDC and no API token or session secret, the cookie key
+    was derived from the webhook secret, whose holder (the role-less approval client
+    ``default``) could sign a cookie with every role and release what it may not."""
+    import hashlib
+    import hmac
+
+    from itsdangerous import URLSafeTimedSerializer
+
+    from tests.api.conftest import OLD_SECRET, SECRET
+
+    api = make_api(db_url, api_token=None, **issuer.settings())
+    try:
+        run_id = waiting_run(api, "payments")
+        webhook_secret = f"{SECRET} {OLD_SECRET}"
+        key = hmac.new(webhook_secret.encode(), b"airlock-inbox:webhook", hashlib.sha256)
+        forged = URLSafeTimedSerializer(key.digest(), salt="airlock-inbox-session").dumps(
+            {
+                "id": "mallory",
+                "method": "inbox",
+                "roles": [],
+                "every_role": True,
+                "issuer": None,
+                "csrf": "forged",
+                "expires": time.time() + 3600,
+            }
+        )
+        api.client.cookies.set("airlock_inbox", forged, path="/inbox")
+        queue = api.client.get("/inbox", follow_redirects=False)
+        assert queue.status_code == 303 and queue.headers["location"] == "/inbox/login"
+        digest = api.service.get_run(run_id).turn_digest
+        form = {"csrf": "forged", "turn_digest": digest, "decision": "approve"}
+        answer = api.client.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/inbox/login"
+        assert api.service.get_run(run_id).status.value == "waiting_for_approval"
+    finally:
+        api.service.store.engine.dispose()
+
+
+def test_a_sign_in_keeps_only_a_random_token_in_its_cookie(api: Api, issuer: Issuer) -> None:
+    """What the sign-in proved is on the server: the cookie names no principal, no role."""
+    sign_in(api, token=issuer.token("sam", ["support"]))
+    cookie = api.client.cookies["airlock_inbox"]
+    assert "sam" not in cookie and "support" not in cookie and len(cookie) >= 40
+    assert "." not in cookie  # no signed payload: a random token
+    assert "Signed in as <strong>sam</strong>" in api.client.get("/inbox").text
+
+
+def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(api: Api) -> None:
+    """Issue 26, defect 4: a cookie copied before sign-out approved afterwards."""
+    run_id = api.waiting("notes")["id"]
+    sign_in(api)
+    html = run_page(api, run_id)
+    copy = TestClient(
+        api.client.app, cookies={"airlock_inbox": api.client.cookies["airlock_inbox"]}
+    )
+    assert copy.get("/inbox", follow_redirects=False).status_code == 200
+    out = api.client.post("/inbox/logout", data={"csrf": csrf(html)}, follow_redirects=False)
+    assert out.status_code == 303 and out.headers["location"] == "/inbox/login"
+    assert copy.get("/inbox", follow_redirects=False).headers["location"] == "/inbox/login"
+    digest = api.service.get_run(run_id).turn_digest
+    form = {"csrf": csrf(html), "turn_digest": digest, "decision": "approve"}
+    late = copy.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+    assert late.status_code == 303 and late.headers["location"] == "/inbox/login"
+    assert api.service.get_run(run_id).status.value == "waiting_for_approval"
+
+
+def sign_in_from(api: Api, address: str, token: str, name: str) -> Any:
+    client = TestClient(api.client.app, client=(address, 50000))
+    return client.post("/inbox/login", data={"token": token, "name": name}, follow_redirects=False)
+
+
+def test_failed_sign_ins_are_throttled_per_client(api: Api) -> None:
+    """Issue 26, defect 4: sign-in took about 400 guesses a second from one client."""
+    for i in range(PER_CLIENT):
+        assert sign_in_from(api, "10.0.0.1", f"guess-{i}", f"n{i}").status_code == 401
+    refused = sign_in_from(api, "10.0.0.1", TOKEN, "ann")  # the right token, not checked
+    assert refused.status_code == 429 and "set-cookie" not in refused.headers
+    assert 0 < int(refused.headers["retry-after"]) <= WINDOW.total_seconds()
+    assert "too many failed sign-ins from this address" in refused.text
+    assert refused.headers["content-security-policy"] == CSP
+    assert sign_in_from(api, "10.0.0.2", TOKEN, "ann").status_code == 303  # another client
+    assert sign_in_from(api, "10.0.0.1", TOKEN, "ann").status_code == 429  # still counted
+
+
+def test_failed_sign_ins_are_throttled_per_name_across_clients_and_processes(
+    db_url: str, issuer: Issuer
+) -> None:
+    """The counts are in the database: two API processes share them, and a guesser
+    that changes its address still runs out of tries for a name."""
+    first, second = (make_api(db_url, **issuer.settings()) for _ in range(2))
+    try:
+        for i in range(PER_NAME):
+            api = (first, second)[i % 2]
+            assert sign_in_from(api, f"10.0.1.{i}", f"guess-{i}", "Ann").status_code == 401
+        for api in (first, second):
+            refused = sign_in_from(api, "10.0.2.1", TOKEN, "ann")
+            assert refused.status_code == 429 and "for this name" in refused.text
+            assert sign_in_from(api, "10.0.2.1", TOKEN, "bob").status_code == 303
+    finally:
+        for api in (first, second):
+            api.service.store.engine.dispose()
+
+
+def test_successful_sign_ins_are_not_counted(api: Api) -> None:
+    for _ in range(PER_CLIENT + 1):
+        assert sign_in_from(api, "10.0.3.1", TOKEN, "ann").status_code == 303

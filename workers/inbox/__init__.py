@@ -25,7 +25,7 @@ from persistence.store import BadCursorError, UnknownRunError, parse_run_id
 from workers.auth import Authenticator
 from workers.decisions import DecisionBody
 from workers.inbox.forms import Field, FormError, decision_of, fields_of
-from workers.inbox.session import COOKIE, Session, Sessions, csrf_ok, session_key
+from workers.inbox.session import COOKIE, Session, Sessions, ThrottledError, csrf_ok
 from workers.principals import ForbiddenError, Principal, check_name
 from workers.problems import ProblemError
 from workers.service import ConflictError, DecisionResult, Service
@@ -52,7 +52,7 @@ STATUSES = {"waiting": "waiting", "recent": "recently decided or finished", "all
 
 def mount(app: FastAPI, service: Service, auth: Authenticator, config: Settings) -> None:
     """Add the inbox's pages and its assets to the API."""
-    Inbox(service, auth, Sessions(session_key(config))).routes(app)
+    Inbox(service, auth, Sessions(service.store, config.session_secret)).routes(app)
 
 
 class Inbox:
@@ -75,6 +75,7 @@ class Inbox:
         return HTMLResponse(html, status, headers=HEADERS)
 
     def session(self, request: Request) -> Session | None:
+        """The request's sign-in (read from the store: on a worker thread)."""
         return self.sessions.read(request.cookies.get(COOKIE))
 
     def same_origin(self, request: Request) -> bool:
@@ -110,12 +111,20 @@ class Inbox:
         @app.post("/inbox/login", include_in_schema=False)
         async def login(request: Request) -> Response:
             form = await self.form(request, None)
+            client = request.client.host if request.client is not None else ""
             try:
-                principal, expires = await run_in_threadpool(self.sign_in, form)
+                principal, expires = await run_in_threadpool(self.sign_in, form, client)
+            except ThrottledError as exc:
+                error = (
+                    f"too many failed sign-ins {exc.what}: try again in {exc.retry_after} seconds"
+                )
+                page = self.page("login.html", 429, error=error, **self.login_context())
+                page.headers["Retry-After"] = str(exc.retry_after)
+                return page
             except (ValueError, ProblemError) as exc:
                 detail = exc.detail if isinstance(exc, ProblemError) else str(exc)
                 return self.page("login.html", 401, error=detail, **self.login_context())
-            cookie, _ = self.sessions.issue(principal, expires)
+            cookie, _ = await run_in_threadpool(self.sessions.issue, principal, expires)
             response = RedirectResponse("/inbox", 303, headers=HEADERS)
             response.set_cookie(
                 COOKIE,
@@ -129,9 +138,10 @@ class Inbox:
 
         @app.post("/inbox/logout", include_in_schema=False)
         async def logout(request: Request) -> Response:
-            session = self.session(request)
+            session = await run_in_threadpool(self.session, request)
             if session is not None:
                 await self.form(request, session)
+                await run_in_threadpool(self.sessions.close, request.cookies.get(COOKIE))
             response = self.to_login()
             response.delete_cookie(COOKIE, path="/inbox")
             return response
@@ -160,7 +170,7 @@ class Inbox:
 
         @app.post("/inbox/runs/{run_id}/decide", include_in_schema=False)
         async def decide(run_id: str, request: Request) -> Response:
-            session = self.session(request)
+            session = await run_in_threadpool(self.session, request)
             if session is None:
                 return self.to_login()
             form = await self.form(request, session)
@@ -168,7 +178,7 @@ class Inbox:
 
         @app.post("/inbox/bulk", include_in_schema=False)
         async def bulk(request: Request) -> Response:
-            session = self.session(request)
+            session = await run_in_threadpool(self.session, request)
             if session is None:
                 return self.to_login()
             form = await self.form(request, session)
@@ -183,10 +193,21 @@ class Inbox:
             "open": self.auth.open,
         }
 
-    def sign_in(self, form: Mapping[str, str]) -> tuple[Principal, float | None]:
-        """The principal a sign-in form names. Raises ``ValueError`` / ``ProblemError``."""
-        token = (form.get("token") or "").strip()
+    def sign_in(self, form: Mapping[str, str], client: str) -> tuple[Principal, float | None]:
+        """The principal a sign-in form from ``client`` proves, unless too many sign-ins
+        from that client or naming that name failed lately: then its credential is not
+        even checked. Raises ``ThrottledError``, ``ValueError`` / ``ProblemError``."""
         name = (form.get("name") or "").strip()
+        attempt = self.sessions.attempt(client, name)
+        proved = self.proved(form, name)
+        self.sessions.succeeded(attempt)
+        return proved
+
+    def proved(self, form: Mapping[str, str], name: str) -> tuple[Principal, float | None]:
+        """The principal a sign-in form's credential proves: the API token's holder, as
+        the name given (an operator), or a token's subject with its roles. Raises
+        ``ValueError`` / ``ProblemError``."""
+        token = (form.get("token") or "").strip()
         api_token = self.auth.api_token
         if api_token and hmac.compare_digest(token.encode(), api_token.encode()):
             return _operator(name), None

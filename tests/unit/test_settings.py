@@ -1,0 +1,24 @@
+"""Secrets are checked at start (issue 26, defect 3: ``AIRLOCK_SESSION_SECRET`` was not)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from persistence.db import ConfigurationError
+from workers.settings import Settings, check_secrets
+
+
+@pytest.mark.parametrize(
+    "weak", ["changeme", "x", "secret", "change-me", "short-16-chars!", "whsec_c2hvcnQ="]
+)
+def test_a_weak_or_known_session_secret_is_refused_naming_the_variable(weak: str) -> None:
+    with pytest.raises(ConfigurationError, match="AIRLOCK_SESSION_SECRET"):
+        check_secrets(Settings.model_validate({"session_secret": weak}))
+
+
+def test_a_strong_session_secret_or_none_is_accepted() -> None:
+    strong = "whsec_" + base64.b64encode(b"a-session-key-of-32-bytes-long!!").decode()
+    for value in (strong, "a long random passphrase", None):
+        check_secrets(Settings.model_validate({"session_secret": value}))
