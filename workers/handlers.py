@@ -45,11 +45,24 @@ class CreateRun(TextBody):
         return None if value is None else check_name(value, "requested_by")
 
 
+TOKEN_HOLDER = Principal.trusted("api-token")
+"""The API token's holder: a trusted backend, the operator."""
+ANYONE = Principal.trusted("anonymous")
+"""Anyone, on an open API (no API token, no issuer)."""
+
+
 @dataclass(frozen=True)
 class Handlers:
     service: Service
     auth: Authenticator
     metrics: Metrics
+
+    def principal_of(self, caller: Principal | None) -> Principal:
+        """Who calls a run endpoint (``caller_of``): its token's principal, or the API
+        token's holder (anyone, on an open API), trusted as the operator is."""
+        if caller is not None:
+            return caller
+        return ANYONE if self.auth.open else TOKEN_HOLDER
 
     def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
         """A new run (201), or the one its idempotency key already made (200).
