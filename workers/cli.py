@@ -184,10 +184,17 @@ def start_run(  # noqa: PLR0917 - a command's options
             raise typer.BadParameter("--metadata must be a JSON object")
     try:
         run, created = service().start_run(
-            agent, input, idempotency_key=idempotency_key, metadata=meta, requested_by=requested_by
+            agent,
+            input,
+            idempotency_key=idempotency_key,
+            metadata=meta,
+            requested_by=requested_by,
+            caller="cli",
         )
     except UnknownAgentError as exc:
         fail(str(exc), 2)
+    except ConflictError as exc:  # the key was used for another request
+        fail(str(exc), 1)
     if as_json:
         emit(run_view(service(), run))
     else:

@@ -64,9 +64,16 @@ class Handlers:
             return caller
         return ANYONE if self.auth.open else TOKEN_HOLDER
 
+    def scope_of(self, caller: Principal | None) -> str:
+        """The caller an idempotency key belongs to: a subject of its issuer, the API
+        token's holder, or anyone on an open API."""
+        if caller is not None:
+            return f"{caller.method}:{caller.issuer}:{caller.id}"
+        return "anonymous" if self.auth.open else "token"
+
     def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
-        """A new run (201), or the one its idempotency key already made (200).
-        Blocking."""
+        """A new run (201), or the one the caller's idempotency key already made for the
+        same request (200; 409 for another request). Blocking."""
         requested_by = body.requested_by
         if caller is not None:
             if requested_by not in (None, caller.id):
@@ -81,6 +88,7 @@ class Handlers:
             idempotency_key=body.idempotency_key,
             metadata=body.metadata,
             requested_by=requested_by,
+            caller=self.scope_of(caller),
         )
         return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
 

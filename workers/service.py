@@ -65,6 +65,7 @@ __all__ = [
     "DeliveryReport",
     "Enqueue",
     "ForbiddenError",
+    "IdempotencyMismatchError",
     "Principal",
     "EventType",
     "Limits",
@@ -96,6 +97,11 @@ class ConflictError(Exception):
         super().__init__(message)
         self.expired = expired
         """The approval expired before the decision came."""
+
+
+class IdempotencyMismatchError(ConflictError):
+    """The caller used this idempotency key for another request (another agent, input,
+    metadata or requester)."""
 
 
 @dataclass(frozen=True)
@@ -178,14 +184,16 @@ class Service:
         idempotency_key: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
         requested_by: str | None = None,
+        caller: str = "api",
     ) -> tuple[Run, bool]:
-        """Create a queued run and wake a worker. The same idempotency key returns the
-        first run (``created`` is False) and enqueues nothing. ``requested_by``: who
-        asked for it (by default they may not approve its calls)."""
+        """Create a queued run and wake a worker. ``requested_by``: who asked for it (by
+        default they may not approve its calls). Idempotency keys are ``caller``'s own
+        (``oidc:<issuer>:<sub>``, ``token``, ``cli``; by default a caller of the Python
+        API): the same key with the same request returns the first run (``created``
+        is False) and enqueues nothing; with another request it raises
+        ``IdempotencyMismatchError``."""
         self.registry.get(agent)
-        request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata or {}}
-        if requested_by is not None:
-            request["requested_by"] = requested_by
+        request = _request(agent, input, metadata or {}, requested_by)
         run, created = self.store.runs.create(
             agent,
             input,
@@ -193,7 +201,16 @@ class Service:
             metadata=metadata,
             first_event=("request", request),
             requested_by=requested_by,
+            caller=caller,
         )
+        if (
+            not created
+            and _request(run.agent, run.input, run.metadata, run.requested_by) != request
+        ):
+            raise IdempotencyMismatchError(
+                f"idempotency key {idempotency_key!r} was used for another request "
+                f"(run {run.id}); use a new key for a new request"
+            )
         if created:
             self._wake(run.id)
             log.info("run created", extra={"action": "run.created", "run_id": run.id})
@@ -571,3 +588,13 @@ def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
         "auth": principal.auth(standing.roles),
         "authority": standing.ground,
     }
+
+
+def _request(
+    agent: str, input: str, metadata: dict[str, JsonValue], requested_by: str | None
+) -> dict[str, JsonValue]:
+    """What a create asks for (its ``request`` event): a key repeats only this."""
+    request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata}
+    if requested_by is not None:
+        request["requested_by"] = requested_by
+    return request

@@ -51,7 +51,7 @@ def test_same_idempotency_key_returns_the_same_run(api: Api) -> None:
     )
     again = api.client.post(
         "/v1/runs",
-        json={"agent": "w1", "input": "y", "idempotency_key": "k"},
+        json={"agent": "w1", "input": "x", "idempotency_key": "k"},
         headers=api.headers(),
     )
     assert (first.status_code, again.status_code) == (201, 200)
