@@ -16,14 +16,33 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def run(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
         compare_type=True,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    if not sqlite or connection.in_transaction():
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    # A batch migration copies a table and drops the old one; SQLite runs a parent's
+    # DROP TABLE as a DELETE that cascades to its children's rows while foreign keys
+    # are enforced. So they are not, while migrating (SQLite's own procedure for
+    # schema changes; the pragma has no effect inside a transaction, so it is set
+    # before the first), and the result is checked before it is committed.
+    raw = connection.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys=OFF")
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"a migration left rows without their parent: {broken[:5]}")
+    finally:
+        raw.execute("PRAGMA foreign_keys=ON")
 
 
 def main() -> None:

@@ -131,7 +131,11 @@ class AgentRun(Base):
     lease_expires_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     event_seq: Mapped[int] = mapped_column(Integer, default=0)
-    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    """Unique per caller: the same key from two callers is two runs."""
+    caller: Mapped[str | None] = mapped_column(Text)
+    """Who created the run, as its idempotency key is scoped (``oidc:<issuer>:<sub>``,
+    ``token``, ``cli``, ``api``…); none for a run made before callers were recorded."""
     requested_by: Mapped[str | None] = mapped_column(String(200))
     """Who asked for the run (the API's principal, or the requester a trusted client
     names): by default they may not approve its calls."""
@@ -152,6 +156,7 @@ class AgentRun(Base):
         # keyset listing, newest first, optionally by agent
         Index("ix_agent_runs_created_at_id", "created_at", "id"),
         Index("ix_agent_runs_agent_created_at_id", "agent", "created_at", "id"),
+        UniqueConstraint("caller", "idempotency_key"),
     )
 
 

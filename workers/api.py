@@ -186,12 +186,14 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
         return SafeJSONResponse({"events": events})
 
     @app.post("/v1/runs/{run_id}/cancel", responses=doc(RunView))
-    def cancel(run_id: str) -> SafeJSONResponse:
-        return view(service.cancel(run_id, by="api"))
+    def cancel(run_id: str, request: Request) -> SafeJSONResponse:
+        by = handlers.principal_of(caller_of(request.scope))
+        return view(service.cancel(run_id, by=by))
 
     @app.post("/v1/runs/{run_id}/retry", status_code=202, responses=doc(RunView, 202))
-    def retry(run_id: str) -> SafeJSONResponse:
-        return view(service.retry(run_id, by="api"), 202)
+    def retry(run_id: str, request: Request) -> SafeJSONResponse:
+        by = handlers.principal_of(caller_of(request.scope))
+        return view(service.retry(run_id, by=by), 202)
 
 
 def _approval_route(app: FastAPI, handlers: Handlers) -> None:

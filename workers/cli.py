@@ -184,10 +184,17 @@ def start_run(  # noqa: PLR0917 - a command's options
             raise typer.BadParameter("--metadata must be a JSON object")
     try:
         run, created = service().start_run(
-            agent, input, idempotency_key=idempotency_key, metadata=meta, requested_by=requested_by
+            agent,
+            input,
+            idempotency_key=idempotency_key,
+            metadata=meta,
+            requested_by=requested_by,
+            caller="cli",
         )
     except UnknownAgentError as exc:
         fail(str(exc), 2)
+    except ConflictError as exc:  # the key was used for another request
+        fail(str(exc), 1)
     if as_json:
         emit(run_view(service(), run))
     else:
@@ -263,6 +270,14 @@ def operator(name: str | None) -> Principal:
     """The CLI's principal: ``--as`` (by default the OS user), with the OS user."""
     os_user = getpass.getuser()
     return Principal.operator(name or os_user, os_user=os_user)
+
+
+def acting(name: str | None) -> Principal:
+    """The operator who cancels or retries (``operator``); exit 2 for a bad ``--as``."""
+    try:
+        return operator(name)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None) -> None:
@@ -353,12 +368,19 @@ def deny(
     )
 
 
+ActorOption = Annotated[
+    str | None,
+    typer.Option("--as", help="Who acts (recorded with your OS user); by default your OS user."),
+]
+
+
 @app.command()
-def cancel(run_id: str) -> None:
+def cancel(run_id: str, actor: ActorOption = None) -> None:
     """Cancel a run that has not finished."""
     require_run(run_id)
+    by = acting(actor)
     try:
-        run = service().cancel(run_id, by="cli")
+        run = service().cancel(run_id, by=by)
     except ConflictError as exc:
         fail(str(exc), 1)
     console.print(f"run {run.id} is {run.status}")
@@ -369,14 +391,16 @@ def retry(
     run_id: Annotated[str | None, typer.Argument(help="A failed run.")] = None,
     all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed run.")] = False,
     agent: Annotated[str | None, typer.Option(help="With --all-failed: one agent's.")] = None,
+    actor: ActorOption = None,
 ) -> None:
     """Continue a failed run from its last checkpoint (calls already made are not repeated)."""
     if (run_id is None) == (not all_failed):
         raise typer.BadParameter("give a RUN_ID or --all-failed")
+    by = acting(actor)
     if run_id is not None:
         require_run(run_id)
         try:
-            service().retry(run_id, by="cli")
+            service().retry(run_id, by=by)
         except ConflictError as exc:
             fail(str(exc), 1)
         console.print(f"run {run_id} is queued to continue")
@@ -386,7 +410,7 @@ def retry(
         task = progress.add_task("retrying", total=len(ids))
         for rid in ids:
             with contextlib.suppress(ConflictError, UnknownRunError):  # finished meanwhile
-                service().retry(rid, by="cli")
+                service().retry(rid, by=by)
             progress.advance(task)
     console.print(f"{len(ids)} failed runs queued to continue")
 

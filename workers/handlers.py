@@ -45,15 +45,35 @@ class CreateRun(TextBody):
         return None if value is None else check_name(value, "requested_by")
 
 
+TOKEN_HOLDER = Principal.trusted("api-token")
+"""The API token's holder: a trusted backend, the operator."""
+ANYONE = Principal.trusted("anonymous")
+"""Anyone, on an open API (no API token, no issuer)."""
+
+
 @dataclass(frozen=True)
 class Handlers:
     service: Service
     auth: Authenticator
     metrics: Metrics
 
+    def principal_of(self, caller: Principal | None) -> Principal:
+        """Who calls a run endpoint (``caller_of``): its token's principal, or the API
+        token's holder (anyone, on an open API), trusted as the operator is."""
+        if caller is not None:
+            return caller
+        return ANYONE if self.auth.open else TOKEN_HOLDER
+
+    def scope_of(self, caller: Principal | None) -> str:
+        """The caller an idempotency key belongs to: a subject of its issuer, the API
+        token's holder, or anyone on an open API."""
+        if caller is not None:
+            return f"{caller.method}:{caller.issuer}:{caller.id}"
+        return "anonymous" if self.auth.open else "token"
+
     def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
-        """A new run (201), or the one its idempotency key already made (200).
-        Blocking."""
+        """A new run (201), or the one the caller's idempotency key already made for the
+        same request (200; 409 for another request). Blocking."""
         requested_by = body.requested_by
         if caller is not None:
             if requested_by not in (None, caller.id):
@@ -68,6 +88,7 @@ class Handlers:
             idempotency_key=body.idempotency_key,
             metadata=body.metadata,
             requested_by=requested_by,
+            caller=self.scope_of(caller),
         )
         return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
 

@@ -196,3 +196,38 @@ def authorise(
         roles=sorted(used),
         effect=effect,
     )
+
+
+OPERATOR_ROLES = frozenset({"operator"})
+"""The roles that may cancel and retry any run, unless ``AIRLOCK_OPERATOR_ROLES`` says
+otherwise."""
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Why a principal may cancel or retry a run."""
+
+    ground: Literal["operator", "requester", "role"]
+    """The operator (every role: the CLI, the API token's holder, a caller of the Python
+    API), the run's requester, or a holder of an operator role."""
+    roles: list[str]
+    """The operator roles it acted with."""
+
+
+def may_operate(
+    principal: Principal, action: str, *, requested_by: str | None, roles: frozenset[str]
+) -> Standing:
+    """Whether ``principal`` may ``action`` (cancel, retry) a run requested by
+    ``requested_by``: the operator, the requester, or a holder of one of ``roles``.
+    Raises ``ForbiddenError``."""
+    if principal.every_role:
+        return Standing("operator", [])
+    held = sorted(principal.roles & roles)
+    if held:
+        return Standing("role", held)
+    if requested_by is not None and requested_by == principal.id:
+        return Standing("requester", [])
+    holders = f" or a holder of {' or '.join(sorted(roles))}" if roles else ""
+    raise ForbiddenError(
+        f"{principal.id} may not {action} this run: only its requester, the operator{holders}"
+    )

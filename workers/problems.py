@@ -12,7 +12,7 @@ from loop import DecisionError, StateError
 from persistence.store import BadCursorError, UnknownRunError
 from workers.principals import ForbiddenError
 from workers.registry import UnknownAgentError
-from workers.service import ConflictError
+from workers.service import ConflictError, IdempotencyMismatchError
 
 
 class ProblemError(Exception):
@@ -28,6 +28,9 @@ class ProblemError(Exception):
 
 APPROVAL_EXPIRED = "/problems/approval-expired"
 """The problem type of a decision that came after the approval's ``expires_at``."""
+IDEMPOTENCY_MISMATCH = "/problems/idempotency-mismatch"
+"""The problem type of a create that reuses its caller's idempotency key for another
+request."""
 
 PROBLEMS: dict[type[Exception], tuple[int, str]] = {
     UnknownRunError: (404, "Not found"),
@@ -55,6 +58,8 @@ def refusal(exc: Exception) -> JSONResponse:
 def problem_of(exc: Exception) -> ProblemError:
     if isinstance(exc, ConflictError) and exc.expired:
         return ProblemError(409, "Approval expired", str(exc), type=APPROVAL_EXPIRED)
+    if isinstance(exc, IdempotencyMismatchError):
+        return ProblemError(409, "Idempotency key reused", str(exc), type=IDEMPOTENCY_MISMATCH)
     status, title = next(p for kind, p in PROBLEMS.items() if isinstance(exc, kind))
     return ProblemError(status, title, str(exc))
 

@@ -16,6 +16,7 @@ from loop import (
     check_decisions,
 )
 from persistence.domain import (
+    ACTIVE,
     ApprovalRecord,
     DecisionOutcome,
     Page,
@@ -34,7 +35,16 @@ from persistence.store import (
 from workers.decisions import DecisionBody, to_loop_decisions
 from workers.keeper import Keeper
 from workers.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Send, deliver_due
-from workers.principals import AIRLOCK, Authority, ForbiddenError, Principal, authorise
+from workers.principals import (
+    AIRLOCK,
+    OPERATOR_ROLES,
+    Authority,
+    ForbiddenError,
+    Principal,
+    Standing,
+    authorise,
+    may_operate,
+)
 from workers.registry import Registry, UnknownAgentError
 from workers.segments import (
     EventType,
@@ -55,6 +65,7 @@ __all__ = [
     "DeliveryReport",
     "Enqueue",
     "ForbiddenError",
+    "IdempotencyMismatchError",
     "Principal",
     "EventType",
     "Limits",
@@ -86,6 +97,11 @@ class ConflictError(Exception):
         super().__init__(message)
         self.expired = expired
         """The approval expired before the decision came."""
+
+
+class IdempotencyMismatchError(ConflictError):
+    """The caller used this idempotency key for another request (another agent, input,
+    metadata or requester)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +157,9 @@ class Service:
     keeper: Keeper | None = None
     """Renews the leases of this process's segments and writes their held events (by
     default, one thread per process; tests pass one they step)."""
+    operator_roles: frozenset[str] = OPERATOR_ROLES
+    """Whoever holds one of these may cancel and retry any run
+    (``AIRLOCK_OPERATOR_ROLES``)."""
     _segments: Segments = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,14 +185,16 @@ class Service:
         idempotency_key: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
         requested_by: str | None = None,
+        caller: str = "api",
     ) -> tuple[Run, bool]:
-        """Create a queued run and wake a worker. The same idempotency key returns the
-        first run (``created`` is False) and enqueues nothing. ``requested_by``: who
-        asked for it (by default they may not approve its calls)."""
+        """Create a queued run and wake a worker. ``requested_by``: who asked for it (by
+        default they may not approve its calls). Idempotency keys are ``caller``'s own
+        (``oidc:<issuer>:<sub>``, ``token``, ``cli``; by default a caller of the Python
+        API): the same key with the same request returns the first run (``created``
+        is False) and enqueues nothing; with another request it raises
+        ``IdempotencyMismatchError``."""
         self.registry.get(agent)
-        request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata or {}}
-        if requested_by is not None:
-            request["requested_by"] = requested_by
+        request = _request(agent, input, metadata or {}, requested_by)
         run, created = self.store.runs.create(
             agent,
             input,
@@ -181,7 +202,16 @@ class Service:
             metadata=metadata,
             first_event=("request", request),
             requested_by=requested_by,
+            caller=caller,
         )
+        if (
+            not created
+            and _request(run.agent, run.input, run.metadata, run.requested_by) != request
+        ):
+            raise IdempotencyMismatchError(
+                f"idempotency key {idempotency_key!r} was used for another request "
+                f"(run {run.id}); use a new key for a new request"
+            )
         if created:
             self._wake(run.id)
             log.info("run created", extra={"action": "run.created", "run_id": run.id})
@@ -433,24 +463,40 @@ class Service:
 
     # -- operator actions ----------------------------------------------------------
 
-    def cancel(self, run_id: str, *, by: str | None = None, also: Sequence[Event] = ()) -> Run:
-        """Cancel an unfinished run; its ``cancelled`` event (and ``also``, before it) is
-        written with the transition."""
+    def cancel(self, run_id: str, *, by: Principal, also: Sequence[Event] = ()) -> Run:
+        """Cancel an unfinished run on ``by``'s authority (``may_operate``: the operator,
+        the requester, or a holder of an operator role). Its ``cancelled`` event names
+        the principal and the status it ended, and is written (``also`` before it) with
+        the transition. Raises ``UnknownRunError``, ``ForbiddenError``,
+        ``ConflictError``."""
         run = self.store.runs.require(run_id)
-        cancelled: Event = ("cancelled", {"by": by, "was": run.status.value})
-        if not self.store.transitions.cancel(
-            run_id, events=[*also, cancelled], notify=self._notifies("run.cancelled")
-        ):
-            current = self.store.runs.require(run_id)
-            raise ConflictError(f"run is {current.status}; only unfinished runs can be cancelled")
-        self._announce("run.cancelled", run_id)
-        return self.store.runs.require(run_id)
+        # who requested a run never changes: what the read authorises is what the
+        # guarded UPDATE applies to
+        standing = may_operate(
+            by, "cancel", requested_by=run.requested_by, roles=self.operator_roles
+        )
+        while run.status in ACTIVE:
+            cancelled: Event = ("cancelled", _acting(by, standing) | {"was": run.status.value})
+            if self.store.transitions.cancel(
+                run_id,
+                expected=(run.status,),  # so that 'was' is the status it ended
+                events=[*also, cancelled],
+                notify=self._notifies("run.cancelled"),
+            ):
+                self._announce("run.cancelled", run_id)
+                return self.store.runs.require(run_id)
+            run = self.store.runs.require(run_id)
+        raise ConflictError(f"run is {run.status}; only unfinished runs can be cancelled")
 
-    def retry(self, run_id: str, *, by: str | None = None) -> Run:
-        """A failed run continues from its last checkpoint; the ledger keeps executed
-        calls from running again."""
+    def retry(self, run_id: str, *, by: Principal) -> Run:
+        """A failed run continues from its last checkpoint, on ``by``'s authority (as for
+        ``cancel``); the ledger keeps executed calls from running again. Raises
+        ``UnknownRunError``, ``ForbiddenError``, ``ConflictError``."""
         run = self.store.runs.require(run_id)
-        retried: Event = ("retry", {"by": by, "previous_error": run.error})
+        standing = may_operate(
+            by, "retry", requested_by=run.requested_by, roles=self.operator_roles
+        )
+        retried: Event = ("retry", _acting(by, standing) | {"previous_error": run.error})
         if not self.store.transitions.retry(run_id, events=[retried]):
             raise ConflictError(f"run is {run.status}; only failed runs can be retried")
         self._wake(run_id)
@@ -587,3 +633,24 @@ class Service:
     ) -> DeliveryReport:
         """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
         return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
+
+
+def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
+    """Who cancelled or retried a run, for its event: the principal, how it was
+    authenticated (as in a ``decision`` event), and on what ground it may."""
+    return {
+        "by": principal.id,
+        "principal": principal.id,
+        "auth": principal.auth(standing.roles),
+        "authority": standing.ground,
+    }
+
+
+def _request(
+    agent: str, input: str, metadata: dict[str, JsonValue], requested_by: str | None
+) -> dict[str, JsonValue]:
+    """What a create asks for (its ``request`` event): a key repeats only this."""
+    request: dict[str, JsonValue] = {"agent": agent, "input": input, "metadata": metadata}
+    if requested_by is not None:
+        request["requested_by"] = requested_by
+    return request

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from persistence.db import DEFAULT_DATABASE_URL, ConfigurationError, normalise_url
+from workers.principals import OPERATOR_ROLES, check_name
 
 EMBEDDED_BROKER = "filesystem://"
 
@@ -31,6 +32,10 @@ class ApprovalClient(BaseModel):
 
 def split_secrets(value: str | None) -> list[str]:
     return [s for s in (value or "").replace(",", " ").split() if s]
+
+
+def split_roles(value: str) -> list[str]:
+    return [r for r in (r.strip() for r in value.split(",")) if r]
 
 
 DEFAULT_CLIENT = "default"
@@ -57,6 +62,8 @@ class Settings(BaseSettings):
     oidc_roles_claim: str = "roles"
     oidc_algorithms: str = "RS256,ES256"
     oidc_leeway: float = Field(default=30.0, ge=0, le=300)
+    # roles whose holders may cancel and retry any run (comma-separated; empty: none)
+    operator_roles: str = ",".join(sorted(OPERATOR_ROLES))
     # keys the hash the inbox's sign-ins are stored under (the inbox's own key, derived
     # from no other credential; changing it ends every sign-in)
     session_secret: str | None = None
@@ -95,6 +102,13 @@ class Settings(BaseSettings):
         for path in (p.strip() for p in value.split(",")):
             if ":" not in path:
                 raise ValueError(f"each entry must be module:attribute, got {path!r}")
+        return value
+
+    @field_validator("operator_roles")
+    @classmethod
+    def _operator_roles(cls, value: str) -> str:
+        for role in split_roles(value):
+            check_name(role, f"the role {role!r}")
         return value
 
     @field_validator("approval_clients")
@@ -136,6 +150,11 @@ class Settings(BaseSettings):
                 "never none or HS*"
             )
         return self
+
+    @property
+    def operators(self) -> frozenset[str]:
+        """The roles of ``AIRLOCK_OPERATOR_ROLES``."""
+        return frozenset(split_roles(self.operator_roles))
 
     @property
     def algorithms(self) -> list[str]:

@@ -35,6 +35,7 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
         enqueue=enqueue,
         notify=notify,
         limits=limits_of(config),
+        operator_roles=config.operators,
     )
 
 

@@ -1,7 +1,7 @@
 """Inbox sign-ins kept on the server (revocable, expiring), and failed sign-ins
 counted per client and per name
 
-Revision ID: 0004_sessions
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-04 10:00:00
 """
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0004_sessions"
+revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

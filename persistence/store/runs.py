@@ -32,22 +32,27 @@ class Runs:
         metadata: dict[str, JsonValue] | None = None,
         first_event: Event | None = None,
         requested_by: str | None = None,
+        caller: str = "api",
     ) -> tuple[Run, bool]:
         """Insert a queued run, and with it its first event (kind, payload) as seq 1.
-        With a known idempotency key, return the first run instead."""
+        With an idempotency key ``caller`` (by default a caller of the Python API)
+        already used, return that run instead: a caller's key is unique, so of
+        concurrent creates the insert that wins decides."""
         if idempotency_key is not None:
-            existing = self._by_idempotency_key(idempotency_key)
+            existing = self.by_idempotency_key(caller, idempotency_key)
             if existing is not None:
                 return existing, False
         values = self._new_row(agent, input, idempotency_key, metadata)
-        values["requested_by"] = requested_by
+        values |= {"requested_by": requested_by, "caller": caller}
         if first_event is not None:
             values["event_seq"] = 1
         try:
             with self._ctx.conns.one() as s:
                 self._ctx.sql.insert_run(s, values, first_event)
         except IntegrityError:
-            existing = self._by_idempotency_key(idempotency_key) if idempotency_key else None
+            if idempotency_key is None:
+                raise
+            existing = self.by_idempotency_key(caller, idempotency_key)
             if existing is None:
                 raise
             return existing, False
@@ -80,9 +85,14 @@ class Runs:
             "version": 1,
         }
 
-    def _by_idempotency_key(self, key: str) -> Run | None:
+    def by_idempotency_key(self, caller: str, key: str) -> Run | None:
+        """The run ``caller`` made with ``key``."""
         with self._ctx.conns.one() as s:
-            row = s.execute(sql.run_select().where(sql.RUNS.c.idempotency_key == key)).first()
+            row = s.execute(
+                sql.run_select().where(
+                    sql.RUNS.c.caller == caller, sql.RUNS.c.idempotency_key == key
+                )
+            ).first()
             return self.opened(row._mapping) if row is not None else None
 
     def get(self, run_id: str) -> Run | None:

@@ -273,13 +273,18 @@ class Transitions:
         return self._move_one(run_id, guard, values, events=events, calls=calls, notify=notify)
 
     def cancel(
-        self, run_id: str, *, events: Sequence[Event] = (), notify: str | None = None
+        self,
+        run_id: str,
+        *,
+        expected: Sequence[RunStatus] = tuple(ACTIVE),
+        events: Sequence[Event] = (),
+        notify: str | None = None,
     ) -> bool:
-        """Any non-terminal status → cancelled."""
+        """A non-terminal status (one of ``expected``) → cancelled."""
         return self.finish(
             run_id,
             RunStatus.CANCELLED,
-            expected=tuple(ACTIVE),
+            expected=expected,
             termination="cancelled",
             events=events,
             notify=notify,

@@ -103,6 +103,7 @@ def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}", **extra: 
         store=RunStore(make_engine(url)),
         registry=Registry.from_paths(config.agents),
         enqueue=lambda run_id, delay=None: enqueued.append(run_id),
+        operator_roles=config.operators,
     )
     app = create_app(service, config, check_broker=lambda: None)
     return Api(TestClient(app), service, enqueued)

@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import OLD_SECRET, SECRET, Api
+from workers.principals import Principal
 from workers.views import EventPage, RunPage, RunView
+
+OPERATOR = Principal.trusted("test")
 
 
 def snapshot(api: Api, run_id: str) -> tuple[Any, ...]:
@@ -48,7 +51,7 @@ def test_same_idempotency_key_returns_the_same_run(api: Api) -> None:
     )
     again = api.client.post(
         "/v1/runs",
-        json={"agent": "w1", "input": "y", "idempotency_key": "k"},
+        json={"agent": "w1", "input": "x", "idempotency_key": "k"},
         headers=api.headers(),
     )
     assert (first.status_code, again.status_code) == (201, 200)
@@ -114,7 +117,7 @@ def test_unknown_run_is_404(api: Api) -> None:
 
 def test_list_filters_and_keyset_cursor(api: Api) -> None:
     ids = [api.create()["id"] for _ in range(5)]
-    api.service.cancel(ids[0])
+    api.service.cancel(ids[0], by=OPERATOR)
     seen: list[str] = []
     cursor = None
     while True:
@@ -273,7 +276,7 @@ def test_bad_approvals_change_nothing(api: Api, mutate: Any, status: int) -> Non
 
 def test_approval_of_a_run_that_is_not_waiting_is_409(api: Api) -> None:
     view = api.waiting()
-    api.service.cancel(view["id"])
+    api.service.cancel(view["id"], by=OPERATOR)
     problem(api.approve(view["id"], approval(view)), 409)
 
 

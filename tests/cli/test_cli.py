@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from persistence.db import make_engine
 from persistence.domain import RunStatus
 from persistence.store import RunStore
+from workers.principals import Principal
 from workers.registry import Registry
 from workers.service import Service
 
@@ -111,7 +113,10 @@ def test_approve_deny_cancel_retry(
     third = waiting(service)
     unknown_call = airlock("approve", third, "--call", "nope", env=cli_env, cwd=tmp_path)
     assert unknown_call.returncode == 2 and "unknown call ids: nope" in unknown_call.stderr
-    assert airlock("cancel", third, env=cli_env, cwd=tmp_path).returncode == 0
+    assert airlock("cancel", third, "--as", "olga", env=cli_env, cwd=tmp_path).returncode == 0
+    cancelled = next(e for e in service.store.events.read(third) if e.kind == "cancelled")
+    assert cancelled.payload["principal"] == "olga"
+    assert cancelled.payload["auth"] == {"method": "cli", "os_user": getpass.getuser(), "roles": []}
     assert airlock("cancel", third, env=cli_env, cwd=tmp_path).returncode == 1
     retried = airlock("retry", third, env=cli_env, cwd=tmp_path)
     assert retried.returncode == 1 and "only failed runs" in retried.stderr
@@ -126,7 +131,7 @@ def test_approve_deny_cancel_retry(
 
 def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Service) -> None:
     run, _ = service.start_run("w1", "x")
-    service.cancel(run.id)
+    service.cancel(run.id, by=Principal.trusted("test"))
     stats = airlock("stats", "--json", env=cli_env, cwd=tmp_path)
     data = json.loads(stats.stdout)
     assert data["runs"]["cancelled"] == 1 and data["finished"]["last_5m"] == {"cancelled": 1}

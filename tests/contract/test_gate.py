@@ -382,7 +382,7 @@ def test_purge_racing_a_retry_keeps_the_live_runs_ledger_and_events(
     def retry_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("DELETE") and not retried:
             retried.append(True)  # the retry commits on its own connection, now
-            service.retry(run_id, by="racer")
+            service.retry(run_id, by=Principal.trusted("racer"))
 
     event.listen(pg_engine, "before_cursor_execute", retry_first)
     try:
@@ -530,7 +530,7 @@ def test_a_run_sealed_with_a_dropped_key_is_reported_on_its_own(engine: Engine) 
     assert "cannot be decrypted" in str(event.payload["unreadable"])
     assert service.store.runs.require(fine.id).input == "new input"
     # retried, the sealed run fails with that reason instead of running on an empty input
-    service.retry(sealed.id)
+    service.retry(sealed.id, by=OPERATOR)
     assert service.run_segment(sealed.id, "w").outcome is Outcome.FAILED
     assert "cannot be decrypted" in (service.store.runs.require(sealed.id).error or "")
     assert ran == []

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
+
+import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
@@ -33,4 +37,47 @@ def test_downgrade_base_then_upgrade_head(db_url: str, engine: Engine) -> None:
     assert {"agent_runs", "run_events", "tool_calls", "decisions"} <= set(
         inspect(engine).get_table_names()
     )
+    assert diff(engine) == []
+
+
+def test_scoping_idempotency_keys_keeps_every_run_and_its_events(
+    db_url: str, engine: Engine
+) -> None:
+    """0005 copies ``agent_runs`` on SQLite: its children's rows stay, and runs
+    made before keep their keys, with no caller."""
+    cfg = alembic_config(db_url)
+    command.downgrade(cfg, "0004")
+    runs = sa.table(
+        "agent_runs",
+        *(sa.column(c) for c in ("agent", "status", "input", "idempotency_key", "metadata")),
+        *(sa.column(c) for c in ("iterations", "prompt_tokens", "completion_tokens")),
+        *(sa.column(c) for c in ("attempts", "event_seq", "version")),
+        sa.column("id", sa.Uuid()),
+        sa.column("created_at", sa.DateTime()),
+        sa.column("updated_at", sa.DateTime()),
+    )
+    events = sa.table(
+        "run_events",
+        sa.column("run_id", sa.Uuid()),
+        *(sa.column(c) for c in ("seq", "kind", "payload")),
+        sa.column("created_at", sa.DateTime()),
+    )
+    rid, now = uuid.uuid4(), datetime(2026, 12, 1)
+    counters = dict.fromkeys(("iterations", "prompt_tokens", "completion_tokens", "attempts"), 0)
+    with engine.begin() as conn:
+        conn.execute(
+            runs.insert().values(
+                id=rid, agent="w1", status="queued", input="x", idempotency_key="k",
+                metadata="{}", event_seq=1, version=1, created_at=now, updated_at=now,
+                **counters,
+            )
+        )  # fmt: skip
+        conn.execute(
+            events.insert().values(run_id=rid, seq=1, kind="request", payload="{}", created_at=now)
+        )
+    command.upgrade(cfg, "head")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("select count(*) from run_events")).scalar_one() == 1
+        key, caller = conn.execute(sa.text("select idempotency_key, caller from agent_runs")).one()
+    assert (key, caller) == ("k", None)
     assert diff(engine) == []

@@ -137,7 +137,7 @@ def test_a_failed_delivery_is_retried_under_the_same_webhook_id_with_the_same_bo
     assert row.attempts == 1 and row.due_at is not None and "503" in row.last_error
     assert deliver_due(service, URL, None, post=receiver).failed == 0  # not due yet
     # the run moves on meanwhile; the retry still sends what the first attempt built
-    service.cancel(run.id, by="t")
+    service.cancel(run.id, by=OPERATOR)
     clock.advance(seconds=3600)
     receiver.fail_with = None
     report = deliver_due(service, URL, None, post=receiver)
@@ -213,7 +213,7 @@ def test_every_settling_transition_records_its_type(engine: Engine, clock: FakeC
     )
     assert service.run_segment(first.id, "w").outcome is Outcome.COMPLETED
     second, _ = service.start_run("mailer", "go")
-    service.cancel(second.id)
+    service.cancel(second.id, by=OPERATOR)
     types = [(row.event_type, str(row.run_id)) for row in outbox_rows(engine)]
     expected: list[tuple[str, str]] = [
         ("run.waiting_for_approval", first.id),

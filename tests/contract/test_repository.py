@@ -704,7 +704,7 @@ def test_a_driver_statement_raises_sqlalchemy_errors_of_the_same_kind(
         with pytest.raises(IntegrityError) as failed:
             take.execute(conn, {"rid": uuid.UUID(run.id)})
         assert isinstance(failed.value.orig, psycopg.errors.UniqueViolation)
-        assert "uq_agent_runs_idempotency_key" in str(failed.value)
+        assert "uq_agent_runs_caller_idempotency_key" in str(failed.value)
         conn.rollback()
         assert not conn.invalidated  # a refused statement leaves the connection usable
         assert conn.execute(text("SELECT 1")).scalar_one() == 1

@@ -222,7 +222,7 @@ def test_retry_continues_a_failed_run_from_its_checkpoint(engine: Engine) -> Non
     )
     service.store.transitions.claim(run.id, "w", service.limits.lease)
     service.store.transitions.finish(run.id, RunStatus.FAILED, owner="w", error="crashed")
-    service.retry(run.id)
+    service.retry(run.id, by=OPERATOR)
     assert service.run_segment(run.id, "w2").outcome is Outcome.COMPLETED
     done = service.store.runs.require(run.id)
     assert done.output == "done" and (done.iterations, done.usage.total_tokens) == (3, 69)
