@@ -55,9 +55,8 @@ def deliver(
     webhook_id: str | None = None,
     timeout: float = 10.0,
 ) -> Delivery:
-    """POST one signed event (a dict, or its JSON as sent before). Raises
-    ``DeliveryError`` on a 5xx, 429 or network error; a 4xx other than 429 is final
-    (retrying would not help)."""
+    """POST one signed event (a dict, or its JSON as sent before). Only a 2xx delivers
+    it; anything else raises ``DeliveryError`` (see ``refusal``)."""
     webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
     body = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
     now = datetime.now(UTC)
@@ -72,6 +71,19 @@ def deliver(
         response = httpx.post(url, content=body, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
         raise DeliveryError(f"could not reach {url}: {exc}") from exc
-    if response.status_code == 429 or response.status_code >= 500:
-        raise DeliveryError(f"{url} answered {response.status_code}")
+    if (refused := refusal(url, response.status_code)) is not None:
+        raise refused
     return Delivery(response.status_code, webhook_id)
+
+
+def refusal(url: str, status: int) -> DeliveryError | None:
+    """What an answer other than a 2xx means: a redirect (not followed: the receiver
+    named the URL, and the signed body is for it alone), a 429 or a 5xx are retried;
+    any other 4xx is final (another attempt would be answered the same)."""
+    if 200 <= status < 300:
+        return None
+    if 300 <= status < 400:
+        return DeliveryError(f"{url} answered {status}, a redirect (not followed)", status_code=status)
+    if status == 429 or status >= 500:
+        return DeliveryError(f"{url} answered {status}", status_code=status)
+    return DeliveryError(f"{url} answered {status}; not retried", status_code=status, final=True)

@@ -1,9 +1,11 @@
-"""Outbound notifications: signed per Standard Webhooks; 5xx/429/unreachable retry, 4xx is final."""
+"""Outbound notifications: signed per Standard Webhooks; only a 2xx delivers; a redirect
+(not followed), 5xx, 429 or no answer are retried; another 4xx is final."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -19,6 +21,7 @@ class Receiver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.status = 204
         self.received: list[tuple[dict[str, str], bytes]] = []
+        self.paths: list[str] = []
 
     @property
     def url(self) -> str:
@@ -31,20 +34,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         self.server.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        self.server.paths.append(self.path)
         self.send_response(self.server.status)
+        if 300 <= self.server.status < 400:
+            self.send_header("location", "/elsewhere")
         self.end_headers()
 
     def log_message(self, *args: object) -> None:
         del args
 
 
+@contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[None]:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server
 
 
 EVENT: dict[str, Any] = {"type": "run.completed", "timestamp": "t", "data": {"id": "r"}}
@@ -65,9 +79,22 @@ def test_server_errors_are_retried(receiver: Receiver, status: int) -> None:
         deliver(receiver.url, SECRET, EVENT)
 
 
-def test_a_client_error_is_final(receiver: Receiver) -> None:
-    receiver.status = 400
-    assert deliver(receiver.url, SECRET, EVENT).status_code == 400
+@pytest.mark.parametrize("status", [400, 404, 410])
+def test_a_client_error_is_final_and_not_delivered(receiver: Receiver, status: int) -> None:
+    receiver.status = status
+    with pytest.raises(DeliveryError, match=str(status)) as refused:
+        deliver(receiver.url, SECRET, EVENT)
+    assert refused.value.final and refused.value.status_code == status
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_and_is_retried(receiver: Receiver, status: int) -> None:
+    """Issue 26, defect 13: a 3xx was recorded as delivered, and never retried."""
+    receiver.status = status
+    with pytest.raises(DeliveryError, match=f"{status}, a redirect") as refused:
+        deliver(receiver.url, SECRET, EVENT)
+    assert not refused.value.final and refused.value.status_code == status
+    assert receiver.paths == ["/hook"]  # nothing sent where it pointed
 
 
 def test_an_unreachable_receiver_is_retried() -> None:
