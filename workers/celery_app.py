@@ -209,7 +209,9 @@ def deliver_notifications() -> int:
     config = settings()
     if not config.notify_url:
         return 0
-    return deliver_due(service(), config.notify_url, config.notify_secret).delivered
+    return deliver_due(
+        service(), config.notify_url, config.notify_secret, timeout=config.notify_timeout
+    ).delivered
 
 
 @app.task(name=NOTIFY)

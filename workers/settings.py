@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     api_token: str | None = None
     notify_url: str | None = None
     notify_secret: str | None = None
+    # each delivery attempt ends within this many seconds, whatever the receiver does
+    # (less than the minute a deliverer holds a notification it took)
+    notify_timeout: float = Field(default=10.0, gt=0, le=50)
     state_key: str | None = None
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
