@@ -120,9 +120,7 @@ class OutboxStore:
         """The attempt failed (the receiver answered ``status_code``, if it answered): due
         again in ``retry_in`` seconds, or (``None``) given up."""
         due_at = None if retry_in is None else self._now() + timedelta(seconds=retry_in)
-        self._settle(
-            taken, body, due_at=due_at, last_error=error[:2000], status_code=status_code
-        )
+        self._settle(taken, body, due_at=due_at, last_error=error[:2000], status_code=status_code)
 
     def _settle(self, taken: Notification, body: str, **values: Any) -> None:
         # only while no later attempt took it (this one's lease ran out meanwhile)

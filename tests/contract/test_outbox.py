@@ -264,9 +264,7 @@ def test_a_redirect_is_not_delivered_it_is_retried_and_visible(
     assert row.delivered_at is not None
 
 
-def test_a_client_error_is_given_up_at_once_not_delivered(
-    engine: Engine, clock: FakeClock
-) -> None:
+def test_a_client_error_is_given_up_at_once_not_delivered(engine: Engine, clock: FakeClock) -> None:
     service, _ = notifying_service(engine, clock)
     run, _ = service.start_run("mailer", "go")
     service.run_segment(run.id, "w")
