@@ -11,14 +11,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 
-from workers import embedded_broker, metrics, redis_broker, supervisor
+from workers import embedded_broker, metrics, queues, redis_broker, supervisor
 from workers.notify import deliver_due
 from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
@@ -32,7 +32,10 @@ EXPIRE = "airlock.expire_approvals.v1"
 PURGE = "airlock.purge.v1"
 NOTIFY = "airlock.notify.v1"
 DELIVER = "airlock.deliver_notifications.v1"
-QUEUE = "airlock"
+QUEUE = queues.SEGMENTS
+NOTIFY_QUEUE = queues.NOTIFICATIONS
+"""Deliveries' own queue: a worker started without ``-Q`` (a segment worker) does not
+consume it; ``airlock worker`` runs a consumer of its own for it (``workers.supervisor``)."""
 
 
 def broker_options(config: Settings) -> dict[str, Any]:
@@ -74,6 +77,7 @@ def make_app(config: Settings) -> Celery:
         broker_transport_options=broker_options(config),
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
+        task_routes={DELIVER: {"queue": NOTIFY_QUEUE}, NOTIFY: {"queue": NOTIFY_QUEUE}},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -113,6 +117,7 @@ def service() -> Service:
 
 
 publish = Publisher(app, QUEUE)
+publish_notice = Publisher(app, NOTIFY_QUEUE)
 
 
 def enqueue_segment(run_id: str, delay: float | None = None) -> None:
@@ -125,7 +130,7 @@ def enqueue_segment(run_id: str, delay: float | None = None) -> None:
 def notify_run(event_type: EventType, run_id: str) -> None:
     """Wake a deliverer: the transition recorded the notification in the outbox."""
     log.debug(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
-    publish(DELIVER, ())
+    publish_notice(DELIVER, ())
 
 
 @worker_init.connect
@@ -145,12 +150,13 @@ THREADS_POOL = "celery.concurrency.thread"
 SOLO_POOL = "celery.concurrency.solo"
 
 
-def pool_warning(pool_cls: object) -> str | None:
+def pool_warning(pool_cls: object, queues: Iterable[str] = (QUEUE,)) -> str | None:
     """What an operator should know of the worker's pool before it takes tasks: the
     threads pool waits about a second between tasks under load (Celery's deferred
     acknowledgement with ``acks_late`` and prefetch 1 outside prefork, celery#6941;
-    measured: 0.8 W1 runs/s with 4 clients, see BENCHMARKS.md)."""
-    if getattr(pool_cls, "__module__", None) != THREADS_POOL:
+    measured: 0.8 W1 runs/s with 4 clients, see BENCHMARKS.md). A consumer of
+    deliveries alone is not warned: each of its tasks delivers all that is due."""
+    if getattr(pool_cls, "__module__", None) != THREADS_POOL or set(queues) == {NOTIFY_QUEUE}:
         return None
     return (
         "the threads pool (-P threads) waits about a second between tasks under load "
@@ -162,7 +168,7 @@ def pool_warning(pool_cls: object) -> str | None:
 @worker_init.connect
 def _as_the_pool_needs(sender: Any = None, **_: object) -> None:
     pool_cls = getattr(sender, "pool_cls", None)
-    warning = pool_warning(pool_cls)
+    warning = pool_warning(pool_cls, app.amqp.queues.consume_from or (QUEUE,))
     if warning is not None:
         log.warning(warning, extra={"action": "worker.pool"})
     if getattr(pool_cls, "__module__", None) == SOLO_POOL:
@@ -209,7 +215,9 @@ def deliver_notifications() -> int:
     config = settings()
     if not config.notify_url:
         return 0
-    return deliver_due(service(), config.notify_url, config.notify_secret).delivered
+    return deliver_due(
+        service(), config.notify_url, config.notify_secret, timeout=config.notify_timeout
+    ).delivered
 
 
 @app.task(name=NOTIFY)

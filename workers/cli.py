@@ -84,16 +84,22 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 def worker(ctx: typer.Context) -> None:
     """Run the workers (extra arguments go to `celery worker`, e.g. -c 4 -l info). On a
     broker server (Redis): -c processes of `celery worker -P solo` under one supervisor
-    (workers.supervisor); with -P (e.g. -P prefork), one `celery worker`."""
-    from workers import supervisor  # noqa: PLC0415
+    (workers.supervisor); with -P (e.g. -P prefork), one `celery worker`. With
+    AIRLOCK_NOTIFY_URL set, one process more delivers notifications (unless -Q names
+    the queues to consume)."""
+    from workers import queues, supervisor  # noqa: PLC0415
 
     if parent := os.environ.get(supervisor.CHILD):
         supervisor.die_with(int(parent))
     else:
         config = settings()
+        notifications = supervisor.Notifications(queues.NOTIFICATIONS, config.notify_concurrency)
         try:
             plan = supervisor.plan(
-                ctx.args, embedded_broker=config.embedded_broker, cpus=os.cpu_count() or 1
+                ctx.args,
+                embedded_broker=config.embedded_broker,
+                cpus=os.cpu_count() or 1,
+                notifications=notifications if config.notify_url else None,
             )
         except supervisor.UsageError as exc:
             fail(str(exc), 2)

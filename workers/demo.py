@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,9 +55,20 @@ def migrate() -> None:
     migrations.upgrade(settings().database_url)
 
 
+def celery_process(kind: str, log: Path, *args: str) -> AbstractContextManager[object]:
+    return process(
+        [sys.executable, "-m", "celery", "-A", "workers", kind, "-l", "info", *args], log
+    )
+
+
+def airlock_worker(log: Path, *args: str) -> AbstractContextManager[object]:
+    """``airlock worker``: with AIRLOCK_NOTIFY_URL set, notifications are delivered by a
+    consumer of their own beside it."""
+    return process([sys.executable, "-m", "workers.cli", "worker", "-l", "info", *args], log)
+
+
 @contextmanager
-def celery_process(kind: str, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    argv = [sys.executable, "-m", "celery", "-A", "workers", kind, "-l", "info", *args]
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -234,7 +245,7 @@ def run_dev(console: Console, port: int) -> int:
     console.print(f"AIRLOCK_WEBHOOK_SECRET={env['AIRLOCK_WEBHOOK_SECRET']}")
     console.print(f"logs       {config.home / 'worker.log'}, {config.home / 'beat.log'}")
     with (
-        celery_process("worker", config.home / "worker.log", "-c", "2"),
+        airlock_worker(config.home / "worker.log", "-c", "2"),
         celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
     ):
         uvicorn.run("workers.api:app", host="127.0.0.1", port=port)

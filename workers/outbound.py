@@ -20,12 +20,18 @@ log = logging.getLogger("airlock")
 
 
 class DeliveryError(Exception):
-    """The receiver did not accept the notification; retry later."""
+    """The receiver did not accept the notification: retried later, unless ``final``
+    (an answer that another attempt would not change, such as a 404)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, final: bool = False):
+        super().__init__(message)
+        self.status_code = status_code
+        self.final = final
 
 
 Send = Callable[[str, str], int]
 """POST a notification's body under its webhook-id; the receiver's status code.
-Raises ``DeliveryError`` when it should be retried."""
+Raises ``DeliveryError`` unless the receiver accepted it (a 2xx)."""
 
 MAX_DELIVERIES = 12
 """Tries of one notification before it is given up (kept, and counted, in the outbox):
@@ -82,8 +88,10 @@ def _deliver(store: RunStore, taken: Notification, send: Send, render: Render) -
     try:
         status = send(body, taken.webhook_id)
     except DeliveryError as exc:
-        again = retry_in(taken.attempts) if taken.attempts < MAX_DELIVERIES else None
-        store.outbox.failed(taken, body, str(exc), again)
+        again = None if exc.final or taken.attempts >= MAX_DELIVERIES else retry_in(taken.attempts)
+        store.outbox.failed(taken, body, str(exc), again, status_code=exc.status_code)
+        if exc.status_code is not None:
+            told["status"] = exc.status_code
         store.events.append_event(taken.run_id, "notify_failed", {**told, "error": str(exc)})
         log.warning(
             "notification not delivered" + ("; retrying" if again else "; giving up"),

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     api_token: str | None = None
     notify_url: str | None = None
     notify_secret: str | None = None
+    # each delivery attempt ends within this many seconds, whatever the receiver does
+    # (less than the minute a deliverer holds a notification it took)
+    notify_timeout: float = Field(default=10.0, gt=0, le=50)
+    # deliveries at once: the threads of airlock worker's notification consumer
+    notify_concurrency: int = Field(default=4, ge=1, le=64)
     state_key: str | None = None
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)

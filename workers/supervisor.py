@@ -17,6 +17,12 @@ The supervisor:
 - starts the children as ``airlock worker -P solo`` with the other arguments as given.
   The first keeps the node name (``-n``, default ``celery@%h``); the others get ``-2``,
   ``-3``… after its name. Only the first runs an embedded beat (``-B``);
+- with ``AIRLOCK_NOTIFY_URL`` set, starts one child more, the consumer of the
+  notifications' own queue (``-Q airlock.notifications -P threads -c
+  AIRLOCK_NOTIFY_CONCURRENCY``, ``-notify`` after the name): deliveries wait on their
+  receivers there, never in a worker that runs segments. So it does beside one
+  Celery worker (``-P``, the embedded broker), which then runs as a child too. A
+  ``-Q`` says what this ``airlock worker`` consumes: no child more;
 - forwards TERM, INT, QUIT, HUP, USR1 and USR2 once to each child, a child being
   started when the signal comes included, and starts none after a TERM, INT or QUIT.
   The children are in process groups of their own, so a terminal's Ctrl-C reaches them
@@ -84,26 +90,66 @@ ONE_WORKER = (
 PR_SET_PDEATHSIG = 1
 
 
+VALUED = (
+    "-c",
+    "--concurrency",
+    "-n",
+    "--hostname",
+    "-P",
+    "--pool",
+    "--autoscale",
+    "--max-tasks-per-child",
+    "--max-memory-per-child",
+)
+"""Options with a value that a child's arguments set, or a consumer of notifications
+leaves out."""
+
+
 @dataclass(frozen=True)
 class Plan:
     children: tuple[tuple[str, ...], ...]
     """Each child's ``celery worker`` arguments."""
 
 
-def plan(args: Sequence[str], *, embedded_broker: bool, cpus: int) -> Plan | None:
-    """The children ``airlock worker args`` runs, or None for one Celery worker."""
-    if embedded_broker or any(_option(a) in ONE_WORKER for a in args):
+@dataclass(frozen=True)
+class Notifications:
+    """The consumer of notifications that ``airlock worker`` runs beside the workers of
+    segments (with ``AIRLOCK_NOTIFY_URL`` set): ``concurrency`` threads on ``queue``."""
+
+    queue: str
+    concurrency: int
+
+
+def plan(
+    args: Sequence[str],
+    *,
+    embedded_broker: bool,
+    cpus: int,
+    notifications: Notifications | None = None,
+) -> Plan | None:
+    """The children ``airlock worker args`` runs, or None for one Celery worker. With
+    ``notifications``, one child more delivers them, unless ``-Q`` names the queues
+    this worker consumes."""
+    if any(_option(a) in ("-Q", "--queues") for a in args):
+        notifications = None
+    one = embedded_broker or any(_option(a) in ONE_WORKER for a in args)
+    if one and notifications is None:
         return None
+    if notifications is not None and "--detach" in args:
+        raise UsageError(
+            "--detach would leave notifications undelivered: give -Q, and detach another "
+            f"airlock worker -Q {notifications.queue}"
+        )
     rest: list[str] = []
     count, name, beat = cpus, "celery@%h", False
     values = iter(args)
     for arg in values:
         option = _option(arg)
-        if option in ("-c", "--concurrency", "-n", "--hostname"):
+        if option in VALUED:
             value = _value(arg, option, values)
             if option in ("-c", "--concurrency"):
                 count = _count(value)
-            else:
+            elif option in ("-n", "--hostname"):
                 name = value
         elif option in ("-B", "--beat"):
             beat = True
@@ -111,18 +157,35 @@ def plan(args: Sequence[str], *, embedded_broker: bool, cpus: int) -> Plan | Non
             rest.append(arg)
     base, _, host = name.rpartition("@")
     base, host = (base, host) if base else ("celery", name)
-    children = tuple(
-        (
-            "-P",
-            "solo",
-            "-n",
-            name if i == 1 else f"{base}-{i}@{host}",
-            *(("-B",) if beat and i == 1 else ()),
-            *rest,
+    segments = (
+        (tuple(args),)
+        if one
+        else tuple(
+            (
+                "-P",
+                "solo",
+                "-n",
+                name if i == 1 else f"{base}-{i}@{host}",
+                *(("-B",) if beat and i == 1 else ()),
+                *rest,
+            )
+            for i in range(1, count + 1)
         )
-        for i in range(1, count + 1)
     )
-    return Plan(children)
+    if notifications is None:
+        return Plan(segments)
+    notifier = (
+        "-P",
+        "threads",
+        "-c",
+        str(notifications.concurrency),
+        "-Q",
+        notifications.queue,
+        "-n",
+        f"{base}-notify@{host}",
+        *rest,
+    )
+    return Plan((*segments, notifier))
 
 
 def _option(arg: str) -> str:

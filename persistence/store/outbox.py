@@ -105,13 +105,22 @@ class OutboxStore:
         )
 
     def delivered(self, taken: Notification, body: str, status_code: int) -> None:
-        """Settled: the receiver answered ``status_code`` (accepted, or refused for good)."""
+        """Settled: the receiver accepted it, answering ``status_code`` (a 2xx)."""
         self._settle(taken, body, due_at=None, status_code=status_code, delivered_at=self._now())
 
-    def failed(self, taken: Notification, body: str, error: str, retry_in: float | None) -> None:
-        """The attempt failed: due again in ``retry_in`` seconds, or (``None``) given up."""
+    def failed(
+        self,
+        taken: Notification,
+        body: str,
+        error: str,
+        retry_in: float | None,
+        *,
+        status_code: int | None = None,
+    ) -> None:
+        """The attempt failed (the receiver answered ``status_code``, if it answered): due
+        again in ``retry_in`` seconds, or (``None``) given up."""
         due_at = None if retry_in is None else self._now() + timedelta(seconds=retry_in)
-        self._settle(taken, body, due_at=due_at, last_error=error[:2000])
+        self._settle(taken, body, due_at=due_at, last_error=error[:2000], status_code=status_code)
 
     def _settle(self, taken: Notification, body: str, **values: Any) -> None:
         # only while no later attempt took it (this one's lease ran out meanwhile)

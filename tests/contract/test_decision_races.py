@@ -47,6 +47,7 @@ def person(name: str, roles: frozenset[str] = TREASURY) -> Principal:
 MALLORY = person("mallory")  # holds the role, but requested the run
 DAVE = person("dave", frozenset())  # holds no role
 ALICE, BOB, CAROL = person("alice"), person("bob"), person("carol")
+OPS = Principal.trusted("ops")
 AUTHORISED = {"alice", "bob", "carol"}
 """Who may approve the transfer: the role, and not the requester."""
 QUORUM = 2
@@ -108,7 +109,7 @@ Competitor = Callable[[Service, FakeClock, str, str], object]
 COMPETITORS: dict[str, Competitor] = {
     "suspension": lambda s, c, run_id, d: s.run_segment(run_id, "worker"),
     "expiry": lambda s, c, run_id, d: _expire(s, c),
-    "cancel": lambda s, c, run_id, d: _quietly(lambda: s.cancel(run_id, by="ops")),
+    "cancel": lambda s, c, run_id, d: _quietly(lambda: s.cancel(run_id, by=OPS)),
     "quorum approval": lambda s, c, run_id, d: attempt(s, run_id, approve(d), BOB),
     "deny": lambda s, c, run_id, d: attempt(s, run_id, deny(d), CAROL),
 }

@@ -20,6 +20,8 @@ from persistence.crypto import StateCipher
 from persistence.domain import RunStatus
 from persistence.store import RunStore
 from persistence.store.sql import OUTBOX
+from tests.api.test_notify import Receiver as HttpReceiver
+from tests.api.test_notify import serving
 from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from workers.decisions import DecisionBody
@@ -234,3 +236,42 @@ def test_the_sealed_body_is_stored_sealed(engine: Engine, clock: FakeClock) -> N
     assert row.body.startswith("fernet:") and "a@x" not in row.body
     sent: JsonValue = receiver.sent[0][1]
     assert isinstance(sent, dict) and sent["type"] == "run.waiting_for_approval"
+
+
+def test_a_redirect_is_not_delivered_it_is_retried_and_visible(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """Issue 26, defect 13: a 3xx was settled as delivered and never tried again."""
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    http = HttpReceiver()
+    with serving(http):
+        http.status = 302
+        assert deliver_due(service, http.url, None).failed == 1
+        [row] = outbox_rows(engine)
+        assert (row.delivered_at, row.status_code, row.attempts) == (None, 302, 1)
+        assert row.due_at is not None and "redirect" in row.last_error
+        assert (service.stats().notifications_due, service.stats().notifications_given_up) == (
+            1, 0,
+        )  # fmt: skip
+        assert service.store.events.read(run.id)[-1].payload["status"] == 302
+        clock.advance(seconds=3600)
+        http.status = 204
+        assert deliver_due(service, http.url, None).delivered == 1
+    [row] = outbox_rows(engine)
+    assert (row.due_at, row.status_code, row.attempts) == (None, 204, 2)
+    assert row.delivered_at is not None
+
+
+def test_a_client_error_is_given_up_at_once_not_delivered(engine: Engine, clock: FakeClock) -> None:
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    http = HttpReceiver()
+    with serving(http):
+        http.status = 404
+        assert deliver_due(service, http.url, None).failed == 1
+    [row] = outbox_rows(engine)
+    assert (row.due_at, row.delivered_at, row.status_code, row.attempts) == (None, None, 404, 1)
+    assert service.store.outbox.counts().given_up == 1

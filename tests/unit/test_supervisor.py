@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import ROOT, wait_for
-from workers.supervisor import Plan, UsageError, plan
+from workers.supervisor import Notifications, Plan, UsageError, plan
 
 
 def children(*args: str, cpus: int = 4) -> tuple[tuple[str, ...], ...]:
@@ -80,6 +80,55 @@ def test_a_pool_or_a_prefork_option_runs_one_celery_worker(args: tuple[str, ...]
 def test_the_embedded_broker_runs_one_celery_worker() -> None:
     assert plan(("-c", "2"), embedded_broker=True, cpus=2) is None
     assert isinstance(plan(("-c", "2"), embedded_broker=False, cpus=2), Plan)
+
+
+NOTIFY = Notifications("airlock.notifications", 3)
+
+
+def test_with_notifications_one_child_more_consumes_their_queue_alone() -> None:
+    """Issue 26, defect 11: deliveries waited on their receivers in the workers that run
+    segments. With AIRLOCK_NOTIFY_URL set, a child of its own consumes them."""
+    planned = plan(("-c", "2", "-n", "w@h", "-B", "-l", "info"), embedded_broker=False, cpus=4,
+                   notifications=NOTIFY)  # fmt: skip
+    assert planned is not None
+    assert planned.children == (
+        ("-P", "solo", "-n", "w@h", "-B", "-l", "info"),
+        ("-P", "solo", "-n", "w-2@h", "-l", "info"),
+        ("-P", "threads", "-c", "3", "-Q", "airlock.notifications", "-n", "w-notify@h",
+         "-l", "info"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("embedded_broker", [True, False])
+def test_one_celery_worker_runs_beside_the_consumer_of_notifications(
+    embedded_broker: bool,
+) -> None:
+    args = ("-c", "2", "-l", "info") if embedded_broker else ("-P", "prefork", "-c", "2")
+    planned = plan(args, embedded_broker=embedded_broker, cpus=4, notifications=NOTIFY)
+    assert planned is not None
+    worker, notifier = planned.children
+    assert worker == args  # as given
+    assert notifier[:8] == (
+        "-P", "threads", "-c", "3", "-Q", "airlock.notifications", "-n", "celery-notify@%h",
+    )  # fmt: skip
+    assert "prefork" not in notifier and "2" not in notifier[8:]
+
+
+def test_queues_named_are_all_this_worker_consumes() -> None:
+    assert plan(("-Q", "airlock.notifications", "-P", "threads"), embedded_broker=False, cpus=2,
+                notifications=NOTIFY) is None  # fmt: skip
+    assert plan(("--queues=airlock",), embedded_broker=True, cpus=2, notifications=NOTIFY) is None
+    planned = plan(("-c", "1", "-Q", "airlock"), embedded_broker=False, cpus=2,
+                   notifications=NOTIFY)  # fmt: skip
+    assert planned is not None and planned.children == (
+        ("-P", "solo", "-n", "celery@%h", "-Q", "airlock"),
+    )
+
+
+def test_detach_without_queues_would_leave_notifications_undelivered() -> None:
+    with pytest.raises(UsageError, match=r"-Q airlock\.notifications"):
+        plan(("--detach",), embedded_broker=True, cpus=2, notifications=NOTIFY)
+    assert plan(("--detach",), embedded_broker=True, cpus=2) is None
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery.concurrency import get_implementation
 
-from workers.celery_app import pool_warning
+from workers.celery_app import NOTIFY_QUEUE, QUEUE, pool_warning
 
 
 def test_only_the_threads_pool_is_warned_of() -> None:
@@ -13,3 +13,9 @@ def test_only_the_threads_pool_is_warned_of() -> None:
     for name in ("prefork", "solo"):
         assert pool_warning(get_implementation(name)) is None
     assert pool_warning(None) is None
+
+
+def test_a_consumer_of_notifications_alone_is_not_warned_of_its_threads() -> None:
+    threads = get_implementation("threads")
+    assert pool_warning(threads, [NOTIFY_QUEUE]) is None
+    assert pool_warning(threads, [QUEUE, NOTIFY_QUEUE]) is not None
