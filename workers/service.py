@@ -523,7 +523,8 @@ class Service:
                 except ConflictError:
                     continue  # decided or cancelled meanwhile
             else:
-                cancelled: Event = ("cancelled", {"by": "airlock:expiry", "was": run.status.value})
+                expiry = _acting(AIRLOCK, Standing("operator", [])) | {"by": "airlock:expiry"}
+                cancelled: Event = ("cancelled", expiry | {"was": run.status.value})
                 notify = self._notifies("run.cancelled")
                 events = [event, cancelled]
                 if not self.store.transitions.expire(
