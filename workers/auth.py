@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import jwt
-from jwt import PyJWKClient
+from jwt import PyJWK, PyJWKClient
 from jwt.exceptions import (
     ExpiredSignatureError,
     ImmatureSignatureError,
@@ -86,7 +86,12 @@ class TokenVerifier:
             ) from exc
         except (PyJWKClientError, PyJWTError) as exc:
             raise _unauthorised(f"no key of the issuer signs this token: {exc}") from exc
-        claims = self._claims(token, key.key)
+        if key.algorithm_name != header["alg"]:
+            raise _unauthorised(
+                f"the token is signed with {header['alg']!r} but key {key.key_id!r} "
+                f"is an {key.algorithm_name} key"
+            )
+        claims = self._claims(token, key)
         found = claims.get("sub")
         subject = found if isinstance(found, str) else ""
         try:
@@ -100,7 +105,9 @@ class TokenVerifier:
             float(expires) if isinstance(expires, int | float) else None,
         )
 
-    def _claims(self, token: str, key: Any) -> dict[str, Any]:
+    def _claims(self, token: str, key: PyJWK) -> dict[str, Any]:
+        """The verified claims. ``key`` is given as the ``PyJWK`` itself: PyJWT then
+        verifies with the key's own algorithm, never one of another kind of key."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,

@@ -283,6 +283,14 @@ def bad_tokens(issuer: Issuer) -> dict[str, tuple[str, str]]:
         "alg none": (unsigned, "signed with"),
         "hs256": (shared, "signed with"),
         "garbage": ("abc.def.ghi", "not a JWT"),
+        "es256 with the rsa key's id": (
+            issuer.token("x", TREASURY, key=issuer.ec_key, kid=issuer.kid, algorithm="ES256"),
+            "is an RS256 key",
+        ),
+        "rs256 with the ec key's id": (
+            issuer.token("x", TREASURY, kid=issuer.ec_kid),
+            "is an ES256 key",
+        ),
     }
 
 
@@ -295,9 +303,19 @@ def test_bad_tokens_are_refused_with_401_and_change_nothing(api: Api, issuer: Is
         refused = by_token(api, run_id, approve(digest), headers)
         assert refused.status_code == 401, (name, refused.text)
         assert why in refused.json()["detail"], (name, refused.json())
-        listed = api.client.get(f"/v1/runs/{run_id}", headers=headers)
-        assert listed.status_code == 401, name
+        problem(api.client.get(f"/v1/runs/{run_id}", headers=headers), 401)
+        created = api.client.post("/v1/runs", json={"agent": "w1", "input": "x"}, headers=headers)
+        problem(created, 401)
+        signed_in = api.client.post("/inbox/login", data={"token": token, "name": "x"})
+        assert signed_in.status_code == 401, (name, signed_in.text)
+        assert "set-cookie" not in signed_in.headers
     assert state_of(api, run_id) == before
+
+
+def test_a_token_of_the_issuers_ec_key_opens_the_run_endpoints(api: Api, issuer: Issuer) -> None:
+    token = issuer.token("reader", key=issuer.ec_key, kid=issuer.ec_kid, algorithm="ES256")
+    listed = api.client.get("/v1/runs", headers={"Authorization": f"Bearer {token}"})
+    assert listed.status_code == 200, listed.text
 
 
 def test_tokens_open_the_run_endpoints(api: Api, issuer: Issuer) -> None:
