@@ -1,5 +1,8 @@
-"""A local OIDC issuer for tests: an RSA key the test makes, its OpenID configuration and
-JWKS served over HTTP by a thread on 127.0.0.1 (no network), and tokens it signs."""
+"""A local OIDC issuer for tests: an RSA and an EC key the test makes, its OpenID
+configuration and JWKS served over HTTP by threads on 127.0.0.1 (no network), and tokens
+it signs. ``hold()`` makes its keys endpoint hang until ``release()``, with an event
+set as each held fetch arrives, so a test can force what happens while a fetch is in
+flight."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 AUDIENCE = "airlock"
 
@@ -21,11 +24,19 @@ def new_key() -> rsa.RSAPrivateKey:
 
 
 class Issuer(ThreadingHTTPServer):
+    daemon_threads = True
+
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.key = new_key()
         self.kid = "test-key-1"
+        self.ec_key = ec.generate_private_key(ec.SECP256R1())
+        self.ec_kid = "test-ec-1"
         self.fetches = 0
+        self.fetching = threading.Event()
+        """Set when a fetch of the keys arrives while they are held."""
+        self._released = threading.Event()
+        self._released.set()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def __enter__(self) -> Issuer:
@@ -33,6 +44,7 @@ class Issuer(ThreadingHTTPServer):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
         self.shutdown()
         self.server_close()
 
@@ -40,9 +52,26 @@ class Issuer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up on a held fetch is no error of the test's."""
+
+    def hold(self) -> None:
+        """Fetches of the keys hang from now until ``release()``."""
+        self.fetching.clear()
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
     def jwks(self) -> dict[str, Any]:
-        jwk: dict[str, Any] = RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
-        return {"keys": [jwk | {"kid": self.kid, "alg": "RS256", "use": "sig"}]}
+        rsa_jwk: dict[str, Any] = RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
+        ec_jwk: dict[str, Any] = ECAlgorithm.to_jwk(self.ec_key.public_key(), as_dict=True)
+        return {
+            "keys": [
+                rsa_jwk | {"kid": self.kid, "alg": "RS256", "use": "sig"},
+                ec_jwk | {"kid": self.ec_kid, "alg": "ES256", "use": "sig"},
+            ]
+        }
 
     def settings(self) -> dict[str, str]:
         """The API's settings for this issuer (roles in the ``roles`` claim)."""
@@ -54,8 +83,9 @@ class Issuer(ThreadingHTTPServer):
         roles: list[str] | None = None,
         *,
         lifetime: float = 300,
-        key: rsa.RSAPrivateKey | None = None,
+        key: Any = None,
         kid: str | None = None,
+        algorithm: str = "RS256",
         **claims: Any,
     ) -> str:
         now = int(time.time())
@@ -69,7 +99,7 @@ class Issuer(ThreadingHTTPServer):
         }
         payload.update(claims)
         headers = {"kid": kid or self.kid}
-        return jwt.encode(payload, key or self.key, algorithm="RS256", headers=headers)
+        return jwt.encode(payload, key or self.key, algorithm=algorithm, headers=headers)
 
     def bearer(self, sub: str, roles: list[str] | None = None, **claims: Any) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(sub, roles, **claims)}"}
@@ -86,6 +116,9 @@ class _Handler(BaseHTTPRequestHandler):
             }
         elif self.path == "/jwks":
             self.server.fetches += 1
+            if not self.server._released.is_set():
+                self.server.fetching.set()
+                self.server._released.wait()
             body = self.server.jwks()
         else:
             self.send_response(404)

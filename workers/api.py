@@ -108,12 +108,15 @@ def gate_of(auth: Authenticator) -> Gate:
         path: str = scope["path"]
         if not path.startswith("/v1/"):
             return
-        if path.endswith("/approval") and scope["method"] == "POST":
+        approval = path.endswith("/approval") and scope["method"] == "POST"
+        if approval:
             check: Callable[[], Principal | None] = lambda: auth.approver(headers)  # noqa: E731
         else:
             check = lambda: auth.caller(headers.get("authorization"))  # noqa: E731
-        # a token's keys may have to be fetched: not on the event loop
-        principal = check() if auth.tokens is None else await run_in_threadpool(check)
+        # verifying a token may wait on the issuer's keys: not on the event loop, and
+        # nothing else waits for a thread behind it
+        verifies = auth.verifies(headers, approval=approval)
+        principal = await run_in_threadpool(check) if verifies else check()
         scope.setdefault("state", {})["principal"] = principal
 
     return gate

@@ -3,14 +3,12 @@ webhook signature, verified into a ``Principal`` (or the trusted API-token calle
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import jwt
-from jwt import PyJWKClient
+from jwt import PyJWK
 from jwt.exceptions import (
     ExpiredSignatureError,
     ImmatureSignatureError,
@@ -18,8 +16,6 @@ from jwt.exceptions import (
     InvalidIssuerError,
     InvalidSignatureError,
     MissingRequiredClaimError,
-    PyJWKClientConnectionError,
-    PyJWKClientError,
     PyJWTError,
 )
 from standardwebhooks import Webhook
@@ -27,14 +23,10 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from workers.api_metrics import Metrics
 from workers.guard import signed_headers, token_matches
+from workers.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
 from workers.principals import Principal, check_name
 from workers.problems import ProblemError
 from workers.settings import Settings
-
-JWKS_TIMEOUT = 5.0
-JWKS_LIFESPAN = 300.0
-"""Seconds the issuer's key set is kept before it is fetched again (a token signed by a
-key not in it fetches it sooner, at most once per PyJWKClient's cooldown)."""
 
 
 def _unauthorised(detail: str) -> ProblemError:
@@ -42,8 +34,8 @@ def _unauthorised(detail: str) -> ProblemError:
 
 
 class TokenVerifier:
-    """OIDC / JWT bearer tokens of one issuer: signed by a key of its JWKS (fetched
-    once, cached), for the configured audience, within ``exp`` / ``nbf``; the
+    """OIDC / JWT bearer tokens of one issuer: signed by a key of its JWKS (kept and
+    fetched by ``IssuerKeys``), for the configured audience, within ``exp`` / ``nbf``; the
     principal is the ``sub``, its roles the configured claim (a dotted path; a list or
     a space-separated string)."""
 
@@ -54,9 +46,7 @@ class TokenVerifier:
         self.algorithms = config.algorithms
         self.roles_claim = config.oidc_roles_claim
         self.leeway = config.oidc_leeway
-        self._jwks_url = config.oidc_jwks_url
-        self._client: PyJWKClient | None = None
-        self._lock = threading.Lock()
+        self.keys = IssuerKeys(self.issuer, config.oidc_jwks_url)
 
     def principal(self, token: str) -> Principal:
         """Raises ``ProblemError``: 401 for a token that does not verify (saying why),
@@ -78,15 +68,23 @@ class TokenVerifier:
                 f"the token is signed with {header.get('alg')!r}; "
                 f"accepted: {', '.join(self.algorithms)}"
             )
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise _unauthorised("the token names no key of the issuer (no kid)")
         try:
-            key = self.client().get_signing_key_from_jwt(token)
-        except PyJWKClientConnectionError as exc:
+            key = self.keys.key(kid)
+        except KeysUnavailableError as exc:
             raise ProblemError(
                 503, "Issuer unreachable", f"cannot fetch the issuer's keys: {exc}"
             ) from exc
-        except (PyJWKClientError, PyJWTError) as exc:
+        except UnknownKeyError as exc:
             raise _unauthorised(f"no key of the issuer signs this token: {exc}") from exc
-        claims = self._claims(token, key.key)
+        if key.algorithm_name != header["alg"]:
+            raise _unauthorised(
+                f"the token is signed with {header['alg']!r} but key {key.key_id!r} "
+                f"is an {key.algorithm_name} key"
+            )
+        claims = self._claims(token, key)
         found = claims.get("sub")
         subject = found if isinstance(found, str) else ""
         try:
@@ -100,7 +98,9 @@ class TokenVerifier:
             float(expires) if isinstance(expires, int | float) else None,
         )
 
-    def _claims(self, token: str, key: Any) -> dict[str, Any]:
+    def _claims(self, token: str, key: PyJWK) -> dict[str, Any]:
+        """The verified claims. ``key`` is given as the ``PyJWK`` itself: PyJWT then
+        verifies with the key's own algorithm, never one of another kind of key."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
@@ -142,30 +142,6 @@ class TokenVerifier:
         if isinstance(found, list):
             return [r for r in found if isinstance(r, str) and r]
         return []
-
-    def client(self) -> PyJWKClient:
-        with self._lock:
-            if self._client is None:
-                url = self._jwks_url or self._discover()
-                self._client = PyJWKClient(
-                    url, cache_jwk_set=True, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT
-                )
-            return self._client
-
-    def _discover(self) -> str:
-        """The issuer's ``jwks_uri``, from its OpenID configuration."""
-        where = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
-        try:
-            answer = httpx.get(where, timeout=JWKS_TIMEOUT)
-            answer.raise_for_status()
-            url = answer.json()["jwks_uri"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise ProblemError(
-                503, "Issuer unreachable", f"cannot read {where} for the issuer's keys: {exc}"
-            ) from exc
-        if not isinstance(url, str):
-            raise ProblemError(503, "Issuer unreachable", f"{where} names no jwks_uri")
-        return url
 
 
 def _printable(role: str) -> bool:
@@ -210,6 +186,20 @@ class Authenticator:
             return None
         scheme, _, token = authorization.partition(" ")
         return token.strip() or None if scheme.lower() == "bearer" else None
+
+    def verifies(self, headers: Mapping[str, str], *, approval: bool) -> bool:
+        """Whether ``approver`` (an approval) or ``caller`` verifies an OIDC token for
+        these headers: the one check that may wait on the issuer, so the only one run
+        off the event loop."""
+        if self.tokens is None:
+            return False
+        authorization = headers.get("authorization")
+        if approval:
+            return "webhook-signature" not in headers and self.bearer(authorization) is not None
+        if self.api_token and token_matches(authorization, self.api_token):
+            return False
+        token = self.bearer(authorization)
+        return token is not None and token.count(".") == 2
 
     def caller(self, authorization: str | None) -> Principal | None:
         """The caller of a run endpoint: None for the API token's holder (a trusted

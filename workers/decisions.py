@@ -3,6 +3,7 @@ to the loop's decisions."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
@@ -14,27 +15,32 @@ from workers.principals import check_name
 CallDecisionKind = Literal["approve", "deny", "edit"]
 
 
-def refuse_surrogates(value: object, where: str = "body") -> None:
-    """Refuse text that UTF-8 cannot hold (a lone surrogate, from a ``\\ud800`` escape):
-    stored, it would break every reader of the run. Raises ``ValueError`` (422)."""
+def refuse_unstorable(value: object, where: str = "body") -> None:
+    """Refuse what no reader of the run could take back: text UTF-8 cannot hold (a lone
+    surrogate, from a ``\\ud800`` escape) and numbers JSON cannot (NaN, Infinity, or a
+    literal too large for a float, as 1e999, which the parsers read as Infinity).
+    Stored, either would break every reader of the run. Raises ``ValueError`` (422)."""
     if isinstance(value, str):
         try:
             value.encode()
         except UnicodeEncodeError as exc:
             raise ValueError(f"{where} holds a lone surrogate (not valid Unicode text)") from exc
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is not a finite number (JSON holds no NaN or Infinity)")
     elif isinstance(value, dict):
         for key, item in value.items():
-            refuse_surrogates(key, where)
-            refuse_surrogates(item, f"{where}.{key}")
+            refuse_unstorable(key, where)
+            refuse_unstorable(item, f"{where}.{key}")
     elif isinstance(value, list | tuple):
         for item in value:
-            refuse_surrogates(item, where)
+            refuse_unstorable(item, where)
 
 
 class TextBody(BaseModel):
     @model_validator(mode="after")
     def _valid_text(self) -> TextBody:
-        refuse_surrogates(self.model_dump(), "body")
+        refuse_unstorable(self.model_dump(), "body")
         return self
 
 

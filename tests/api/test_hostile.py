@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from typing import Any
 
-from tests.api.conftest import TOKEN, Api
+import pytest
+from sqlalchemy import text
+
+from tests.api.conftest import TOKEN, Api, make_api
 from tests.api.test_api import problem
+from tests.api.test_hot_routes import fastapi_only
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -106,3 +111,81 @@ def test_one_unreadable_checkpoint_breaks_only_its_own_run(api: Api) -> None:
     assert "cannot be read" in views[bad["id"]]["pending"]["error"]
     assert views[good["id"]]["pending"]["calls"]
     assert "cannot be read" in api.run(bad["id"])["pending"]["error"]
+
+
+# -- non-finite numbers (issue 26, defect 10) ----------------------------------------------
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999"]
+"""What Python's json and pydantic's JSON parser read as a float that JSON cannot
+write back (1e999 overflows to infinity)."""
+
+
+@pytest.fixture(params=["hot_routes", "fastapi"])
+def door(request: pytest.FixtureRequest, db_url: str) -> Iterator[Api]:
+    """The app as served (``HotRoutes`` first), and one with FastAPI's routes alone."""
+    api = make_api(db_url)
+    if request.param == "fastapi":
+        fastapi_only(api.client.app)  # type: ignore[arg-type]
+    yield api
+    api.service.store.engine.dispose()
+
+
+def stored(api: Api) -> tuple[Any, ...]:
+    """Everything a refused body must leave as it was."""
+    with api.service.store.engine.connect() as conn:
+        counts = tuple(
+            conn.execute(text(f"select count(*) from {table}")).scalar_one()
+            for table in ("agent_runs", "run_events", "decisions", "approvals", "outbox")
+        )
+    return (*counts, tuple(api.enqueued))
+
+
+def post_json(api: Api, path: str, raw: str) -> Any:
+    headers = {**api.headers(), "content-type": "application/json"}
+    return api.client.post(path, content=raw.encode(), headers=headers)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{n}",
+        '{{"agent": "w1", "input": "x", "metadata": {{"n": {n}}}}}',
+        '{{"agent": "w1", "input": "x", "metadata": {{"a": {{"b": [1, {{"c": {n}}}]}}}}}}',
+    ],
+    ids=["top", "metadata", "nested"],
+)
+def test_a_create_with_a_non_finite_number_is_422_and_stores_nothing(door: Api, body: str) -> None:
+    before = stored(door)
+    for number in NON_FINITE:
+        problem(post_json(door, "/v1/runs", body.format(n=number)), 422)
+        assert stored(door) == before, number
+    assert door.client.get("/v1/runs", headers=door.headers()).json()["runs"] == []
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        '{{"call_1_0": {{"decision": "edit", "arguments": '
+        '{{"to": "b@x.com", "body": "yo", "seconds": {n}}}}}}}',
+        '{{"call_1_0": {{"decision": "deny", "reason": "no", "arguments": {{"x": [{n}]}}}}}}',
+        '{{"call_1_0": {{"decision": "approve", "reason": {n}}}}}',
+    ],
+    ids=["edit", "deny", "reason"],
+)
+def test_an_approval_with_a_non_finite_number_is_422_and_stores_nothing(
+    door: Api, calls: str
+) -> None:
+    view = door.waiting()
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    before = stored(door)
+    for number in NON_FINITE:
+        head = f'{{"turn_digest": "{digest}", "decision": "deny", "reason": "r", "calls": '
+        raw = head + calls.format(n=number) + "}"
+        problem(door.approve(run_id, {}, raw=raw.encode()), 422)
+        assert stored(door) == before, number
+        events = door.client.get(f"/v1/runs/{run_id}/events", headers=door.headers())
+        assert events.status_code == 200, events.text
+        assert door.run(run_id)["status"] == "waiting_for_approval"
+    # and the turn is still there to decide
+    approved = {"turn_digest": digest, "decision": "approve"}
+    assert door.approve(run_id, approved).status_code == 202

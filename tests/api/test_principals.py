@@ -8,6 +8,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jwt
@@ -16,9 +17,12 @@ from sqlalchemy import text
 
 from tests.api.conftest import SECRET, TOKEN, Api, make_api
 from tests.issuer import Issuer, new_key
+from workers import issuer_keys
 
 PAYMENTS_SECRET = "whsec_" + base64.b64encode(b"payments-desk-secret-0123456789").decode()
 TREASURY = ["treasury"]
+GUARD = 30.0
+"""Seconds before a test that deadlocked gives up (never reached when it passes)."""
 
 
 @pytest.fixture
@@ -283,6 +287,14 @@ def bad_tokens(issuer: Issuer) -> dict[str, tuple[str, str]]:
         "alg none": (unsigned, "signed with"),
         "hs256": (shared, "signed with"),
         "garbage": ("abc.def.ghi", "not a JWT"),
+        "es256 with the rsa key's id": (
+            issuer.token("x", TREASURY, key=issuer.ec_key, kid=issuer.kid, algorithm="ES256"),
+            "is an RS256 key",
+        ),
+        "rs256 with the ec key's id": (
+            issuer.token("x", TREASURY, kid=issuer.ec_kid),
+            "is an ES256 key",
+        ),
     }
 
 
@@ -295,9 +307,19 @@ def test_bad_tokens_are_refused_with_401_and_change_nothing(api: Api, issuer: Is
         refused = by_token(api, run_id, approve(digest), headers)
         assert refused.status_code == 401, (name, refused.text)
         assert why in refused.json()["detail"], (name, refused.json())
-        listed = api.client.get(f"/v1/runs/{run_id}", headers=headers)
-        assert listed.status_code == 401, name
+        problem(api.client.get(f"/v1/runs/{run_id}", headers=headers), 401)
+        created = api.client.post("/v1/runs", json={"agent": "w1", "input": "x"}, headers=headers)
+        problem(created, 401)
+        signed_in = api.client.post("/inbox/login", data={"token": token, "name": "x"})
+        assert signed_in.status_code == 401, (name, signed_in.text)
+        assert "set-cookie" not in signed_in.headers
     assert state_of(api, run_id) == before
+
+
+def test_a_token_of_the_issuers_ec_key_opens_the_run_endpoints(api: Api, issuer: Issuer) -> None:
+    token = issuer.token("reader", key=issuer.ec_key, kid=issuer.ec_kid, algorithm="ES256")
+    listed = api.client.get("/v1/runs", headers={"Authorization": f"Bearer {token}"})
+    assert listed.status_code == 200, listed.text
 
 
 def test_tokens_open_the_run_endpoints(api: Api, issuer: Issuer) -> None:
@@ -433,3 +455,37 @@ def test_a_withdrawn_approval_no_longer_counts(api: Api, issuer: Issuer) -> None
 
     with pytest.raises(ConflictError, match="no approval of this turn"):
         api.service.withdraw_approval(run_id, digest, alice)
+
+
+# -- made-up key ids while the issuer hangs (issue 26, defect 8) -------------------------------
+
+
+def test_made_up_key_ids_while_the_issuers_keys_hang_stall_nothing(
+    db_url: str, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One token with a made-up kid refetches the keys (the cooldown is 0 here) and the
+    issuer holds that fetch; meanwhile 45 more such clients, an API-token GET and a
+    valid token are all answered, on the one event loop, and nothing fetches again."""
+    monkeypatch.setattr(issuer_keys, "COOLDOWN", 0.0)
+    monkeypatch.setattr(issuer_keys, "FETCH_TIMEOUT", 120.0)  # held until released
+    api = make_api(db_url, **issuer.settings())
+    made_up = {"Authorization": f"Bearer {issuer.token('x', key=new_key(), kid='made-up')}"}
+    with api.client as client, ThreadPoolExecutor(48) as pool:
+        try:
+            assert client.get("/v1/runs", headers=issuer.bearer("reader")).status_code == 200
+            issuer.hold()
+            held = pool.submit(client.get, "/v1/runs", headers=made_up)
+            assert issuer.fetching.wait(GUARD)
+            others = [pool.submit(client.get, "/v1/runs", headers=made_up) for _ in range(45)]
+            for other in others:
+                problem(other.result(GUARD), 401, "no key")
+            answered = pool.submit(client.get, "/v1/runs", headers=api.headers()).result(GUARD)
+            assert answered.status_code == 200, answered.text
+            valid = pool.submit(client.get, "/v1/runs", headers=issuer.bearer("reader"))
+            assert valid.result(GUARD).status_code == 200
+            assert issuer.fetches == 2 and not held.done()
+            issuer.release()
+            problem(held.result(GUARD), 401, "no key")
+        finally:
+            issuer.release()  # a deadlocked attempt ends, and says so
+    api.service.store.engine.dispose()

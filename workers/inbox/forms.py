@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from loop import Agent, PendingCall
-from workers.decisions import DecisionBody
+from workers.decisions import DecisionBody, refuse_unstorable
 
 SIMPLE = {"string", "integer", "number", "boolean"}
 
@@ -101,6 +101,7 @@ def _parsed(raw: str, kind: str) -> JsonValue:
                 value: JsonValue = json.loads(raw)
             except ValueError as exc:
                 raise ValueError(f"is not JSON: {exc}") from exc
+            refuse_unstorable(value, "the value")
             return value
 
 

@@ -1,0 +1,131 @@
+"""The issuer's keys (``IssuerKeys``) against a real local issuer whose keys endpoint
+the test can hold (issue 26, defect 8): one fetch at a time, a cooldown after a fetch
+that worked and after one that failed, and no lookup of a known key waits on a fetch.
+The clock is the test's; a fetch in flight is held by the issuer until released."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+from jwt import PyJWK
+
+from tests.issuer import Issuer
+from workers import issuer_keys
+from workers.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
+
+GUARD = 30.0
+"""Seconds before a test that deadlocked gives up (never reached when it passes)."""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    with Issuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
+
+
+def held_fetch(
+    pool: ThreadPoolExecutor, issuer: Issuer, keys: IssuerKeys, kid: str
+) -> Future[PyJWK]:
+    """A lookup of ``kid`` whose fetch the issuer holds, once it is in flight."""
+    issuer.hold()
+    lookup = pool.submit(keys.key, kid)
+    assert issuer.fetching.wait(GUARD)
+    return lookup
+
+
+def test_an_unknown_key_fetches_again_only_after_the_cooldown(issuer: Issuer) -> None:
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    assert keys.key(issuer.kid).key_id == issuer.kid
+    assert issuer.fetches == 1
+    for _ in range(3):
+        with pytest.raises(UnknownKeyError, match="made-up"):
+            keys.key("made-up")
+    assert issuer.fetches == 1
+    clock.now += issuer_keys.COOLDOWN
+    with pytest.raises(UnknownKeyError):
+        keys.key("made-up")
+    with pytest.raises(UnknownKeyError):
+        keys.key("made-up")
+    assert issuer.fetches == 2
+    assert keys.key(issuer.ec_kid).algorithm_name == "ES256"
+
+
+def test_a_failed_fetch_starts_the_cooldown_too(
+    issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(issuer_keys, "FETCH_TIMEOUT", 0.2)
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, f"{issuer.url}/jwks", clock=clock)
+    issuer.hold()  # every fetch hangs past its timeout
+    with pytest.raises(KeysUnavailableError, match="jwks"):
+        keys.key(issuer.kid)
+    assert issuer.fetches == 1
+    for kid in (issuer.kid, "made-up"):
+        with pytest.raises(KeysUnavailableError, match="jwks"):
+            keys.key(kid)
+    assert issuer.fetches == 1
+    issuer.release()
+    clock.now += issuer_keys.COOLDOWN
+    assert keys.key(issuer.kid).key_id == issuer.kid
+    assert issuer.fetches == 2
+
+
+def test_a_known_key_never_waits_on_a_fetch_in_flight(
+    issuer: Issuer, pool: ThreadPoolExecutor
+) -> None:
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    keys.key(issuer.kid)
+    clock.now += issuer_keys.COOLDOWN
+    unknown = held_fetch(pool, issuer, keys, "made-up")
+    # while it is held: a known key answers, an unknown one is refused, nothing fetches
+    assert keys.key(issuer.kid).key_id == issuer.kid
+    with pytest.raises(UnknownKeyError):
+        keys.key("another-made-up")
+    assert issuer.fetches == 2 and not unknown.done()
+    issuer.release()
+    with pytest.raises(UnknownKeyError):
+        unknown.result(GUARD)
+
+
+def test_an_old_key_set_is_fetched_again_and_used_while_it_is(
+    issuer: Issuer, pool: ThreadPoolExecutor
+) -> None:
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    keys.key(issuer.kid)
+    clock.now += issuer_keys.LIFESPAN
+    refresh = held_fetch(pool, issuer, keys, issuer.kid)
+    assert keys.key(issuer.ec_kid).key_id == issuer.ec_kid  # from the old set, at once
+    assert issuer.fetches == 2 and not refresh.done()
+    issuer.release()
+    assert refresh.result(GUARD).key_id == issuer.kid
+
+
+def test_lookups_before_the_first_keys_fetch_them_once(
+    issuer: Issuer, pool: ThreadPoolExecutor
+) -> None:
+    keys = IssuerKeys(issuer.url, None, clock=Clock())
+    first = held_fetch(pool, issuer, keys, issuer.kid)
+    second = pool.submit(keys.key, issuer.ec_kid)
+    issuer.release()
+    assert first.result(GUARD).key_id == issuer.kid
+    assert second.result(GUARD).key_id == issuer.ec_kid
+    assert issuer.fetches == 1
