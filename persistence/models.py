@@ -206,6 +206,22 @@ class DecisionRow(Base):
     __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)
 
 
+class WebhookReceiptRow(Base):
+    """A signed approval webhook's id, as its approval client sent it, kept with the
+    turn it was applied to: a resend of it is answered as a replay, even once the
+    approval it made was replaced or withdrawn. Each client's ids are its own."""
+
+    __tablename__ = "webhook_receipts"
+
+    client: Mapped[str] = mapped_column(String(200), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    turn_digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_webhook_receipts_run_id", "run_id"),)
+
+
 class ApprovalRow(Base):
     """One principal's approval of a turn whose calls need a quorum: the turn is
     decided (a ``decisions`` row) when enough distinct principals approved the same

@@ -28,6 +28,7 @@ from persistence.domain import (
 from persistence.store import (
     Clock,
     Event,
+    Receipt,
     RunStore,
     UnknownRunError,
     utcnow,
@@ -279,6 +280,7 @@ class Service:
             raise UnknownRunError(f"no run has id {run_id!r}")
         stored = body.stored()
         decisions = self.store.decisions
+        receipt = (principal.client or principal.method, webhook_id) if webhook_id else None
         if principal is AIRLOCK:
             # the expiry's whole-turn deny: Airlock's own, guarded on the approval expired
             outcome = decisions.record_decision(
@@ -286,7 +288,7 @@ class Service:
                 body.turn_digest,
                 stored,
                 approver=principal.id,
-                webhook_id=webhook_id,
+                receipt=receipt,
                 events=[*also, ("decision", self._audit(body, principal, None, stored))],
                 expiry=True,
             )
@@ -296,7 +298,7 @@ class Service:
             # shows waiting, and its write re-checks that turn. A turn the read does not
             # show waiting is answered from what is stored (a replay, the same decision
             # again) or refused; nothing is written for it, whatever happens next.
-            explained = decisions.explain(run.id, body.turn_digest, stored, webhook_id)
+            explained = decisions.explain(run.id, body.turn_digest, stored, receipt)
             return self._outcome(run.id, explained, stored, principal, 1)
         # The authority is worked out on this read's turn: its digest (which binds the run,
         # the suspension and its calls), its checkpoint, the run's agent and requester
@@ -311,7 +313,7 @@ class Service:
                 principal=principal,
                 authority=authority,
                 payload=payload,
-                webhook_id=webhook_id,
+                receipt=receipt,
                 also=also,
             )
         outcome = decisions.record_decision(
@@ -319,7 +321,7 @@ class Service:
             body.turn_digest,
             stored,
             approver=principal.id,
-            webhook_id=webhook_id,
+            receipt=receipt,
             events=[*also, ("decision", payload)],
         )
         return self._outcome(run.id, outcome, stored, principal, 1)
@@ -373,7 +375,7 @@ class Service:
         principal: Principal,
         authority: Authority,
         payload: dict[str, JsonValue],
-        webhook_id: str | None,
+        receipt: Receipt | None,
         also: Sequence[Event],
     ) -> DecisionResult:
         """One principal's approval toward the quorum ``authority`` asks for, on the turn
@@ -396,7 +398,7 @@ class Service:
             auth=principal.auth(authority.roles),
             quorum=quorum,
             audit=audit,
-            webhook_id=webhook_id,
+            receipt=receipt,
         )
         return self._outcome(run.id, outcome, stored, principal, quorum)
 

@@ -32,7 +32,7 @@ from persistence.store.common import (
 )
 from persistence.store.connections import Connections
 from persistence.store.context import Context
-from persistence.store.decisions import Decisions
+from persistence.store.decisions import Decisions, Receipt
 from persistence.store.dialects import statements_for
 from persistence.store.events import Events
 from persistence.store.ledger import Ledger, Prior
@@ -50,6 +50,7 @@ __all__ = [
     "Event",
     "LeaseLostError",
     "Prior",
+    "Receipt",
     "RunStore",
     "Slot",
     "StoredSession",

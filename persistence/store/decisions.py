@@ -18,7 +18,11 @@ from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
 from persistence.store.dialects import Writes
 
-RUNS, DECISIONS, APPROVALS = sql.RUNS, sql.DECISIONS, sql.APPROVALS
+RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
+
+Receipt = tuple[str, str]
+"""A signed webhook's (approval client, webhook-id): each client's ids are its own."""
+
 
 Audit = Callable[[tuple[str, ...], bool, bool], Sequence[Event]]
 """The events a principal's approval writes, given the principals that approved the
@@ -41,13 +45,14 @@ class Decisions:
         decision: dict[str, JsonValue],
         *,
         approver: str | None = None,
-        webhook_id: str | None = None,
+        receipt: Receipt | None = None,
         events: Sequence[Event] = (),
         expiry: bool = False,
     ) -> DecisionOutcome:
         """One transaction: the decision row (unique per turn), waiting → queued, and
-        ``events`` (the audit record of the decision). ``expiry``: the expiry's own
-        decision, which needs the approval expired where every other needs it live.
+        ``events`` (the audit record of the decision), and the ``receipt`` of the
+        webhook that sent it. ``expiry``: the expiry's own decision, which needs the
+        approval expired where every other needs it live.
 
         Exactly one concurrent caller records; the others learn whether theirs
         was the same decision (``duplicate``) or another (``conflict``).
@@ -55,17 +60,17 @@ class Decisions:
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        record = DecisionRecord(
-            run_id, turn_digest, decision, approver, webhook_id, self._ctx.now()
-        )
+        record = DecisionRecord(run_id, turn_digest, decision, approver, None, self._ctx.now())
         row, now = self._row(record), record.created_at
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
-            with self._ctx.conns.one() as s:
+            # one statement without a receipt (autocommit on PostgreSQL); with one, two
+            with self._ctx.conns.tx() if receipt else self._ctx.conns.one() as s:
+                self._keep(s, receipt, params)
                 if not self._ctx.sql.decide(s, params, row, events, expiry=expiry):
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
-            return self.explain(run_id, turn_digest, decision, webhook_id)
+            return self.explain(run_id, turn_digest, decision, receipt)
         return DecisionOutcome("recorded", record)
 
     def approve(
@@ -79,7 +84,7 @@ class Decisions:
         auth: dict[str, JsonValue],
         quorum: int,
         audit: Audit,
-        webhook_id: str | None = None,
+        receipt: Receipt | None = None,
     ) -> DecisionOutcome:
         """Record ``principal``'s approval of ``decision`` for the turn that waits; the
         approval that makes ``quorum`` distinct principals of the same ``effect`` (what
@@ -96,9 +101,7 @@ class Decisions:
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        record = DecisionRecord(
-            run_id, turn_digest, decision, principal, webhook_id, self._ctx.now()
-        )
+        record = DecisionRecord(run_id, turn_digest, decision, principal, None, self._ctx.now())
         now = record.created_at
         proposal = proposal_of(run_id, turn_digest, effect)
         params = {"rid": rid, "digest": turn_digest, "now": now}
@@ -107,6 +110,7 @@ class Decisions:
             with self._ctx.conns.tx() as s:
                 if s.execute(_LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
+                self._keep(s, receipt, params)
                 replaced = s.execute(_REPLACE_MINE, mine).rowcount > 0
                 s.execute(
                     APPROVALS.insert(),
@@ -117,7 +121,7 @@ class Decisions:
                         "auth": auth,
                         "decision": self._ctx.cipher.seal_json(decision),
                         "proposal": proposal,
-                        "webhook_id": webhook_id,
+                        "webhook_id": None,  # kept as a receipt: see ``_keep``
                         "created_at": now,
                     },
                 )
@@ -134,7 +138,7 @@ class Decisions:
                     raise _NotWaitingError
         except (IntegrityError, _NotWaitingError):
             return self.explain(
-                run_id, turn_digest, decision, webhook_id, principal=principal, proposal=proposal
+                run_id, turn_digest, decision, receipt, principal=principal, proposal=proposal
             )
         if not reached:
             return DecisionOutcome("partial", approved_by=approved_by)
@@ -172,7 +176,7 @@ class Decisions:
             "turn_digest": record.turn_digest,
             "decision": self._ctx.cipher.seal_json(record.decision),
             "approver": record.approver,
-            "webhook_id": record.webhook_id,
+            "webhook_id": record.webhook_id,  # None: kept as a receipt (``_keep``)
             "created_at": record.created_at,
         }
 
@@ -206,7 +210,7 @@ class Decisions:
         run_id: str,
         turn_digest: str,
         decision: dict[str, JsonValue],
-        webhook_id: str | None,
+        receipt: Receipt | None,
         *,
         principal: str | None = None,
         proposal: str | None = None,
@@ -215,8 +219,8 @@ class Decisions:
         webhook id, the same decision already made (``duplicate``), this principal's
         same approval (``proposal``) already counted, or a ``conflict`` saying why."""
         with self._ctx.conns.one() as s:
-            if webhook_id is not None:
-                replay = self._replay(s, run_id, webhook_id)
+            if receipt is not None:
+                replay = self._replay(s, run_id, receipt)
                 if replay is not None:
                     return replay
             stored = self._decision(s, run_id, turn_digest)
@@ -245,27 +249,40 @@ class Decisions:
         )
         return won is not None and won["proposal"] == proposal
 
-    def _replay(self, s: Connection, run_id: str, webhook_id: str) -> DecisionOutcome | None:
-        replay = (
-            s.execute(select(DECISIONS).where(DECISIONS.c.webhook_id == webhook_id))
-            .mappings()
-            .first()
+    def _keep(self, s: Connection, receipt: Receipt | None, params: dict[str, Any]) -> None:
+        """Keep the webhook's receipt with the turn, in the write's transaction: a
+        second use of its id by the same client violates the key and rolls it back."""
+        if receipt is None:
+            return
+        client, webhook_id = receipt
+        s.execute(
+            RECEIPTS.insert(),
+            {
+                "client": client,
+                "webhook_id": webhook_id,
+                "run_id": params["rid"],
+                "turn_digest": params["digest"],
+                "created_at": params["now"],
+            },
         )
-        if replay is None:
-            approval = (
-                s.execute(select(APPROVALS).where(APPROVALS.c.webhook_id == webhook_id))
-                .mappings()
-                .first()
+
+    def _replay(self, s: Connection, run_id: str, receipt: Receipt) -> DecisionOutcome | None:
+        """A webhook its client sent before: answered with what its turn holds now (the
+        decision, or the approvals so far), never applied again."""
+        client, webhook_id = receipt
+        kept = s.execute(
+            select(RECEIPTS.c.run_id, RECEIPTS.c.turn_digest).where(
+                RECEIPTS.c.client == client, RECEIPTS.c.webhook_id == webhook_id
             )
-            if approval is None:
-                return None
-            if str(approval["run_id"]) != run_id:
-                return _USED_ELSEWHERE
-            stored = self._decision(s, run_id, approval["turn_digest"])
-            return DecisionOutcome("duplicate", stored, approved_by=(approval["principal"],))
-        if str(replay["run_id"]) == run_id:
-            return DecisionOutcome("duplicate", to_decision(replay, self._ctx.cipher))
-        return _USED_ELSEWHERE
+        ).first()
+        if kept is None:
+            return None
+        if str(kept.run_id) != run_id:
+            return _USED_ELSEWHERE
+        stored = self._decision(s, run_id, kept.turn_digest)
+        approvals = {"rid": kept.run_id, "digest": kept.turn_digest}
+        approved_by = tuple(s.scalars(_APPROVERS, approvals))
+        return DecisionOutcome("duplicate", stored, approved_by=approved_by)
 
     def _why_not_waiting(self, s: Connection, run_id: str, turn_digest: str) -> DecisionOutcome:
         row = s.execute(
@@ -303,7 +320,13 @@ class Decisions:
 
 
 _USED_ELSEWHERE = DecisionOutcome(
-    "conflict", None, "this webhook-id was already used for another run"
+    "conflict", None, "this client already used this webhook-id for another run"
+)
+
+_APPROVERS = (
+    select(APPROVALS.c.principal)
+    .where(APPROVALS.c.run_id == bindparam("rid"), APPROVALS.c.turn_digest == bindparam("digest"))
+    .order_by(APPROVALS.c.id)
 )
 
 _LOCK_WAITING = select(RUNS.c.id).where(sql.waiting_guard(expiry=False)).with_for_update()

@@ -39,6 +39,7 @@ from persistence.models import (
     RunEventRow,
     SignInFailureRow,
     ToolCallRow,
+    WebhookReceiptRow,
 )
 from persistence.store.common import Event
 
@@ -48,6 +49,7 @@ EVENTS = cast(Table, RunEventRow.__table__)
 CALLS = cast(Table, ToolCallRow.__table__)
 OUTBOX = cast(Table, OutboxRow.__table__)
 APPROVALS = cast(Table, ApprovalRow.__table__)
+RECEIPTS = cast(Table, WebhookReceiptRow.__table__)
 SESSIONS = cast(Table, InboxSessionRow.__table__)
 FAILURES = cast(Table, SignInFailureRow.__table__)
 

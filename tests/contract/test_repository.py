@@ -166,7 +166,7 @@ def test_counters_are_kept_current_and_never_lowered(repo: RunStore) -> None:
 def test_decision_moves_waiting_to_queued_once(repo: RunStore) -> None:
     run, state = waiting_run(repo)
     outcome = repo.decisions.record_decision(
-        run.id, state.turn_digest, APPROVE, approver="ann", webhook_id="wh-1"
+        run.id, state.turn_digest, APPROVE, approver="ann", receipt=("desk", "wh-1")
     )
     assert outcome.result == "recorded"
     assert outcome.stored is not None and outcome.stored.approver == "ann"
@@ -176,7 +176,9 @@ def test_decision_moves_waiting_to_queued_once(repo: RunStore) -> None:
 
     same = repo.decisions.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
     assert same.result == "duplicate" and same.stored == outcome.stored
-    replay = repo.decisions.record_decision(run.id, state.turn_digest, DENY, webhook_id="wh-1")
+    replay = repo.decisions.record_decision(
+        run.id, state.turn_digest, DENY, receipt=("desk", "wh-1")
+    )
     assert replay.result == "duplicate" and replay.stored == outcome.stored
     other = repo.decisions.record_decision(run.id, state.turn_digest, DENY)
     assert other.result == "conflict" and other.reason is not None
@@ -203,13 +205,13 @@ def test_decision_for_another_turn_or_state_is_refused(repo: RunStore) -> None:
 def test_webhook_id_of_another_run_is_refused(repo: RunStore) -> None:
     first, s1 = waiting_run(repo)
     second, s2 = waiting_run(repo)
-    assert (
-        repo.decisions.record_decision(first.id, s1.turn_digest, APPROVE, webhook_id="wh").result
-        == "recorded"
-    )
-    reused = repo.decisions.record_decision(second.id, s2.turn_digest, APPROVE, webhook_id="wh")
-    assert reused.result == "conflict"
+    decide = repo.decisions.record_decision
+    assert decide(first.id, s1.turn_digest, APPROVE, receipt=("desk", "wh")).result == "recorded"
+    reused = decide(second.id, s2.turn_digest, APPROVE, receipt=("desk", "wh"))
+    assert reused.result == "conflict" and "already used" in (reused.reason or "")
     assert repo.runs.require(second.id).status is RunStatus.WAITING_FOR_APPROVAL
+    # each client's ids are its own: another's "wh" is no replay
+    assert decide(second.id, s2.turn_digest, APPROVE, receipt=("bank", "wh")).result == "recorded"
 
 
 def test_finish_clears_lease_and_checkpoint(repo: RunStore) -> None:
