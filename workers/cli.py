@@ -374,6 +374,22 @@ def deny(
     )
 
 
+@app.command()
+def withdraw(run_id: str, approver: ApproverOption = None, digest: DigestOption = None) -> None:
+    """Withdraw your approval of the turn the run waits on, before its quorum is reached."""
+    run = require_run(run_id)
+    quoted = digest or run.turn_digest
+    if run.status is not RunStatus.WAITING_FOR_APPROVAL or quoted is None:
+        fail(f"run is {run.status}, not waiting for approval", 1)
+    try:
+        service().withdraw_approval(run_id, quoted, operator(approver))
+    except ValueError as exc:
+        fail(str(exc), 2)
+    except ConflictError as exc:
+        fail(str(exc), 1)
+    console.print("your approval is withdrawn; the run waits for approvals")
+
+
 ActorOption = Annotated[
     str | None,
     typer.Option("--as", help="Who acts (recorded with your OS user); by default your OS user."),

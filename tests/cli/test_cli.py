@@ -199,13 +199,25 @@ def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quor
     first = airlock("approve", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "1 of 2 approvals" in first.stdout
+    # withdrawn, and given again (issue 26, defect 5)
+    taken = airlock("withdraw", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
+    assert taken.returncode == 0 and "withdrawn" in taken.stdout, taken.stderr
+    digest = service.store.runs.require(mine.id).turn_digest or ""
+    assert service.store.decisions.approvals(mine.id, digest) == []
+    none = airlock("withdraw", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
+    assert none.returncode == 1 and "no approval of this turn" in none.stderr
+    first = airlock("approve", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
+    assert first.returncode == 0 and "1 of 2 approvals" in first.stdout, first.stderr
     again = airlock("approve", mine.id, "--as", "ops-ann", env=cli_env, cwd=tmp_path)
     assert again.returncode == 0 and "already recorded" in again.stdout
     assert service.store.runs.require(mine.id).status is RunStatus.WAITING_FOR_APPROVAL
     second = airlock("approve", mine.id, "--approver", "ops-bo", env=cli_env, cwd=tmp_path)
     assert second.returncode == 0 and "queued to resume" in second.stdout
     assert service.store.runs.require(mine.id).status is RunStatus.QUEUED
-    (approval,) = [e.payload for e in service.store.events.read(mine.id) if e.kind == "approval"]
+    approval, withdrawn, _ = [
+        e.payload for e in service.store.events.read(mine.id) if e.kind == "approval"
+    ]
+    assert withdrawn["withdrawn"] is True and withdrawn["principal"] == "ops-ann"
     auth = approval["auth"]
     assert isinstance(auth, dict) and auth["method"] == "cli" and auth["os_user"]
     (decision,) = [e.payload for e in service.store.events.read(mine.id) if e.kind == "decision"]
