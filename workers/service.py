@@ -260,13 +260,15 @@ class Service:
         principal: Principal,
         *,
         webhook_id: str | None = None,
+        sign_in: str | None = None,
         also: Sequence[Event] = (),
     ) -> DecisionResult:
         """Record ``principal``'s decision for the turn that waits and wake a worker to
         resume. The ``decision`` audit event (and ``also``, before it) is written with
         the decision. When the calls it approves need a quorum, it is recorded as this
         principal's approval (an ``approval`` event) and the decision is made by the
-        approval that completes the quorum.
+        approval that completes the quorum. ``sign_in``: the inbox sign-in (its stored
+        id) it is made under, re-checked in the decision's transaction.
 
         Raises ``UnknownRunError`` (no such run), ``DecisionError`` (malformed for this
         turn: unknown call ids, edits that fail the tool's schema), ``ForbiddenError``
@@ -314,6 +316,7 @@ class Service:
                 authority=authority,
                 payload=payload,
                 receipt=receipt,
+                sign_in=sign_in,
                 also=also,
             )
         outcome = decisions.record_decision(
@@ -322,6 +325,7 @@ class Service:
             stored,
             approver=principal.id,
             receipt=receipt,
+            sign_in=sign_in,
             events=[*also, ("decision", payload)],
         )
         return self._outcome(run.id, outcome, stored, principal, 1)
@@ -376,6 +380,7 @@ class Service:
         authority: Authority,
         payload: dict[str, JsonValue],
         receipt: Receipt | None,
+        sign_in: str | None,
         also: Sequence[Event],
     ) -> DecisionResult:
         """One principal's approval toward the quorum ``authority`` asks for, on the turn
@@ -399,6 +404,7 @@ class Service:
             quorum=quorum,
             audit=audit,
             receipt=receipt,
+            sign_in=sign_in,
         )
         return self._outcome(run.id, outcome, stored, principal, quorum)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
@@ -19,6 +20,7 @@ from persistence.store.context import Context
 from persistence.store.dialects import Writes
 
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
+SESSIONS = sql.SESSIONS
 
 Receipt = tuple[str, str]
 """A signed webhook's (approval client, webhook-id): each client's ids are its own."""
@@ -46,13 +48,17 @@ class Decisions:
         *,
         approver: str | None = None,
         receipt: Receipt | None = None,
+        sign_in: str | None = None,
         events: Sequence[Event] = (),
         expiry: bool = False,
     ) -> DecisionOutcome:
         """One transaction: the decision row (unique per turn), waiting → queued, and
         ``events`` (the audit record of the decision), and the ``receipt`` of the
-        webhook that sent it. ``expiry``: the expiry's own decision, which needs the
-        approval expired where every other needs it live.
+        webhook that sent it. ``sign_in``: the inbox sign-in (its stored id) the decision
+        is made under, which must still be open; it is held (``FOR SHARE``) until the
+        commit, so a sign-out waits for the decision or the decision sees it. ``expiry``:
+        the expiry's own decision, which needs the approval expired where every other
+        needs it live.
 
         Exactly one concurrent caller records; the others learn whether theirs
         was the same decision (``duplicate``) or another (``conflict``).
@@ -64,8 +70,11 @@ class Decisions:
         row, now = self._row(record), record.created_at
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
-            # one statement without a receipt (autocommit on PostgreSQL); with one, two
-            with self._ctx.conns.tx() if receipt else self._ctx.conns.one() as s:
+            # one statement (autocommit on PostgreSQL), or a transaction of a few
+            several = receipt is not None or sign_in is not None
+            with self._ctx.conns.tx() if several else self._ctx.conns.one() as s:
+                if not _signed_in(s, sign_in, now):
+                    return _SIGNED_OUT
                 self._keep(s, receipt, params)
                 if not self._ctx.sql.decide(s, params, row, events, expiry=expiry):
                     raise _NotWaitingError
@@ -85,6 +94,7 @@ class Decisions:
         quorum: int,
         audit: Audit,
         receipt: Receipt | None = None,
+        sign_in: str | None = None,
     ) -> DecisionOutcome:
         """Record ``principal``'s approval of ``decision`` for the turn that waits; the
         approval that makes ``quorum`` distinct principals of the same ``effect`` (what
@@ -110,6 +120,8 @@ class Decisions:
             with self._ctx.conns.tx() as s:
                 if s.execute(_LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
+                if not _signed_in(s, sign_in, now):
+                    return _SIGNED_OUT
                 self._keep(s, receipt, params)
                 replaced = s.execute(_REPLACE_MINE, mine).rowcount > 0
                 s.execute(
@@ -317,6 +329,23 @@ class Decisions:
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)
+
+
+_SIGNED_OUT = DecisionOutcome("conflict", None, "your sign-in has ended: sign in again")
+
+_OPEN_SIGN_IN = (
+    select(SESSIONS.c.id)
+    .where(SESSIONS.c.id == bindparam("sid"), SESSIONS.c.expires_at > bindparam("now"))
+    .with_for_update(read=True)
+)
+
+
+def _signed_in(s: Connection, sign_in: str | None, now: datetime) -> bool:
+    """Whether the sign-in a decision is made under (if any) is still open; its row is
+    held until the commit (SQLite's writers are one at a time already)."""
+    if sign_in is None:
+        return True
+    return s.execute(_OPEN_SIGN_IN, {"sid": sign_in, "now": now}).first() is not None
 
 
 _USED_ELSEWHERE = DecisionOutcome(

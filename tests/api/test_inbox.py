@@ -336,3 +336,35 @@ def test_failed_sign_ins_are_throttled_per_name_across_clients_and_processes(
 def test_successful_sign_ins_are_not_counted(api: Api) -> None:
     for _ in range(PER_CLIENT + 1):
         assert sign_in_from(api, "10.0.3.1", TOKEN, "ann").status_code == 303
+
+
+def test_a_decision_is_not_stored_after_its_sign_in_ended(api: Api) -> None:
+    """Found in review (issue 26): a sign-out that completed between the inbox's read of
+    the sign-in and the decision's write still got the decision stored. The write now
+    re-checks the sign-in in its transaction (and holds its row to the commit)."""
+    run_id = api.waiting("notes")["id"]
+    sign_in(api)
+    html = run_page(api, run_id)
+    cookie = api.client.cookies["airlock_inbox"]
+    service = api.service
+    record = service.record_decision
+    signed_out: list[bool] = []
+
+    def after_sign_out(*args: Any, **kwargs: Any) -> Any:
+        # the sign-out lands after the inbox read the session, before the write
+        other = TestClient(api.client.app, cookies={"airlock_inbox": cookie})
+        out = other.post("/inbox/logout", data={"csrf": csrf(html)}, follow_redirects=False)
+        signed_out.append(out.status_code == 303)
+        assert other.get("/inbox", follow_redirects=False).headers["location"] == "/inbox/login"
+        return record(*args, **kwargs)
+
+    service.record_decision = after_sign_out  # type: ignore[method-assign]
+    digest = service.get_run(run_id).turn_digest
+    form = {"csrf": csrf(html), "turn_digest": digest, "decision": "approve"}
+    refused = api.client.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+    service.record_decision = record  # type: ignore[method-assign]
+    assert signed_out == [True]
+    assert refused.status_code == 409 and "sign-in has ended" in refused.text
+    assert service.get_run(run_id).status.value == "waiting_for_approval", (
+        "a decision was stored by a sign-in that had already ended"
+    )

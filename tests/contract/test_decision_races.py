@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -263,3 +264,54 @@ def test_a_decision_for_a_turn_that_is_not_waiting_yet_is_refused_and_stores_not
     # now that it waits, the same request is decided on its authority: 403
     with pytest.raises(ForbiddenError, match="requested this run"):
         service.record_decision(run.id, approve(digest), MALLORY)
+
+
+# -- an inbox sign-in is re-checked by the decision's write (found in review) --------------
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_a_sign_out_waits_for_a_decision_made_under_it_or_refuses_it(
+    engine: Engine, ended: bool
+) -> None:
+    """The sign-in a decision is made under is read again in the decision's transaction
+    and held to its commit: a sign-out that comes while the decision is written waits
+    for it; one that came before refuses it."""
+    clock = FakeClock()
+    service = make_service(engine, clock)
+    run, _ = service.start_run("treasury", "pay the supplier", requested_by="mallory")
+    assert service.run_segment(run.id, "worker").outcome is Outcome.SUSPENDED
+    digest = first_digest(run.id)
+    sessions = service.store.sessions
+    sessions.open("s-1", {"id": "alice"}, "csrf", lasts=timedelta(hours=1))
+    if ended:
+        assert sessions.close("s-1")
+        with pytest.raises(ConflictError, match="sign-in has ended"):
+            service.record_decision(run.id, approve(digest), ALICE, sign_in="s-1")
+        assert service.store.decisions.approvals(run.id, digest) == []
+        return
+    held, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        # right after the decision's read of the sign-in, its transaction open
+        reads = statement.lstrip().upper().startswith("SELECT")
+        if reads and "inbox_sessions" in statement and not held.is_set():
+            held.set()
+            assert release.wait(10)
+
+    event.listen(Engine, "after_cursor_execute", hold)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            decided = pool.submit(
+                service.record_decision, run.id, approve(digest), ALICE, sign_in="s-1"
+            )
+            assert held.wait(10)
+            signed_out = pool.submit(sessions.close, "s-1")
+            done, _ = wait([signed_out], timeout=0.5)
+            assert not done  # the sign-out waits on the row the decision holds
+            release.set()
+            assert decided.result().result == "partial"
+            assert signed_out.result()
+    finally:
+        release.set()
+        event.remove(Engine, "after_cursor_execute", hold)
+    assert [a.principal for a in service.store.decisions.approvals(run.id, digest)] == ["alice"]

@@ -341,7 +341,9 @@ class Inbox:
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
         try:
             body = decision_of(form, list(state.pending_calls), forms)
-            result = self.service.record_decision(run_id, body, session.principal)
+            result = self.service.record_decision(
+                run_id, body, session.principal, sign_in=session.id
+            )
         except (FormError, DecisionError) as exc:
             return self.run_page(run_id, session, error=str(exc), status=422, form=form)
         except ForbiddenError as exc:
@@ -407,7 +409,7 @@ class Inbox:
         body: dict[str, JsonValue] = {"turn_digest": digest, "decision": action, "reason": reason}
         try:
             result: DecisionResult = self.service.record_decision(
-                run_id, DecisionBody.model_validate(body), session.principal
+                run_id, DecisionBody.model_validate(body), session.principal, sign_in=session.id
             )
             return {
                 "run_id": run_id,

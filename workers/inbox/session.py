@@ -36,6 +36,8 @@ class Session:
     principal: Principal
     csrf: str
     expires: datetime
+    id: str
+    """Its row's id: a decision made under it re-checks it is open, in its transaction."""
 
 
 class ThrottledError(Exception):
@@ -94,24 +96,26 @@ class Sessions:
         until = None if expires is None else datetime.fromtimestamp(expires, UTC)
         self._sessions.purge()
         self._throttle.purge()
+        session_id = self._id(token)
         opened = self._sessions.open(
-            self._id(token), _stored(principal), csrf, lasts=MAX_AGE, until=until
+            session_id, _stored(principal), csrf, lasts=MAX_AGE, until=until
         )
-        return token, Session(principal, csrf, opened)
+        return token, Session(principal, csrf, opened, session_id)
 
     # -- a signed-in request ---------------------------------------------------------------
 
     def read(self, cookie: str | None) -> Session | None:
         if not cookie:
             return None
-        found = self._sessions.find(self._id(cookie))
+        session_id = self._id(cookie)
+        found = self._sessions.find(session_id)
         if found is None:
             return None
         try:
             principal = _principal(found.principal)
         except (KeyError, TypeError, ValueError):
             return None
-        return Session(principal, found.csrf, found.expires_at)
+        return Session(principal, found.csrf, found.expires_at, session_id)
 
     def close(self, cookie: str | None) -> None:
         """Sign out: the sign-in ends on the server, whoever holds a copy of its cookie."""
