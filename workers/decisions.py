@@ -52,11 +52,13 @@ class CallDecisionBody(TextBody):
 
 
 class DecisionBody(TextBody):
-    """``{turn_digest, decision, reason?, approver?, calls?}``: what an approver sends."""
+    """``{turn_digest, decision, reason?, approver?, calls?}``: what an approver sends.
+    ``withdraw`` takes back the sender's approval toward a quorum (never stored as a
+    decision)."""
 
     model_config = ConfigDict(extra="forbid")
     turn_digest: str = Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "deny", "withdraw"]
     reason: str | None = Field(default=None, max_length=2000)
     approver: str | None = Field(default=None, max_length=200)
     calls: dict[str, CallDecisionBody] | None = None
@@ -65,6 +67,12 @@ class DecisionBody(TextBody):
     @classmethod
     def _approver(cls, value: str | None) -> str | None:
         return None if value is None else check_name(value, "approver")
+
+    @model_validator(mode="after")
+    def _withdrawal(self) -> DecisionBody:
+        if self.decision == "withdraw" and self.calls:
+            raise ValueError("a withdrawal takes back a whole approval: it names no calls")
+        return self
 
     def stored(self) -> dict[str, JsonValue]:
         """The decision as recorded; two requests with equal ``stored()`` are the same decision."""

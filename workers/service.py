@@ -12,6 +12,7 @@ from pydantic import JsonValue
 from sqlalchemy import text
 
 from loop import (
+    StateError,
     SuspendedRunState,
     check_decisions,
 )
@@ -277,12 +278,16 @@ class Service:
         already won, or another approval by this principal).
         """
         principal = principal.vouching(body.approver)
+        if body.decision == "withdraw":
+            return self.withdraw_approval(
+                run_id, body.turn_digest, principal, webhook_id=webhook_id
+            )
         run = self.store.runs.get(run_id)
         if run is None:
             raise UnknownRunError(f"no run has id {run_id!r}")
         stored = body.stored()
         decisions = self.store.decisions
-        receipt = (principal.client or principal.method, webhook_id) if webhook_id else None
+        receipt = _receipt(principal, webhook_id)
         if principal is AIRLOCK:
             # the expiry's whole-turn deny: Airlock's own, guarded on the approval expired
             outcome = decisions.record_decision(
@@ -352,11 +357,17 @@ class Service:
         }
 
     def withdraw_approval(
-        self, run_id: str, turn_digest: str, principal: Principal
+        self,
+        run_id: str,
+        turn_digest: str,
+        principal: Principal,
+        *,
+        webhook_id: str | None = None,
     ) -> DecisionResult:
         """Withdraw ``principal``'s approval of the turn that waits, before its quorum is
-        reached (an ``approval`` event with ``withdrawn``). Raises ``UnknownRunError`` and
-        ``ConflictError`` (no such approval, or the turn no longer waits)."""
+        reached (an ``approval`` event with ``withdrawn``); ``approved_by``: the
+        approvals left. Raises ``UnknownRunError`` and ``ConflictError`` (no such
+        approval, or the turn no longer waits)."""
         event: Event = (
             "approval",
             {
@@ -368,8 +379,25 @@ class Service:
                 "withdrawn": True,
             },
         )
-        outcome = self.store.decisions.withdraw(run_id, turn_digest, principal.id, [event])
-        return self._outcome(run_id, outcome, {}, principal, 1)
+        receipt = _receipt(principal, webhook_id)
+        outcome = self.store.decisions.withdraw(
+            run_id, turn_digest, principal.id, [event], receipt=receipt
+        )
+        quorum = self._quorum(run_id) if outcome.result == "withdrawn" else 1
+        return self._outcome(run_id, outcome, {"decision": "withdraw"}, principal, quorum)
+
+    def _quorum(self, run_id: str) -> int:
+        """The quorum the turn the run waits on asks for (1 when it cannot be read)."""
+        run = self.store.runs.get(run_id)
+        if run is None or run.agent not in self.registry:
+            return 1
+        try:
+            state = self.pending(run)
+        except StateError:
+            return 1
+        agent = self.registry.get(run.agent)
+        calls = state.pending_calls if state else ()
+        return max((agent.approval_of(c.name)[1] for c in calls if c.requires_approval), default=1)
 
     def _approve(
         self,
@@ -431,7 +459,7 @@ class Service:
                     "duplicate", decided.decision, decided.approver, approved_by, quorum
                 )
             case "withdrawn":
-                return DecisionResult("withdrawn", stored, principal.id)
+                return DecisionResult("withdrawn", stored, principal.id, approved_by, quorum)
             case "not_found":
                 raise UnknownRunError(f"no run has id {run_id!r}")
             case "conflict":
@@ -642,6 +670,11 @@ class Service:
     ) -> DeliveryReport:
         """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
         return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
+
+
+def _receipt(principal: Principal, webhook_id: str | None) -> Receipt | None:
+    """A signed webhook's receipt: its id, as its approval client's own."""
+    return (principal.client or principal.method, webhook_id) if webhook_id else None
 
 
 def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:

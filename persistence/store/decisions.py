@@ -36,6 +36,10 @@ class _NotWaitingError(Exception):
     """Internal: roll the decision back, the run was not waiting for this turn."""
 
 
+class _NoApprovalError(Exception):
+    """Internal: roll the withdrawal back, the principal has no approval to withdraw."""
+
+
 class Decisions:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -157,29 +161,44 @@ class Decisions:
         return DecisionOutcome("recorded", record, approved_by=approved_by)
 
     def withdraw(
-        self, run_id: str, turn_digest: str, principal: str, events: Sequence[Event]
+        self,
+        run_id: str,
+        turn_digest: str,
+        principal: str,
+        events: Sequence[Event],
+        *,
+        receipt: Receipt | None = None,
     ) -> DecisionOutcome:
-        """Withdraw ``principal``'s approval of the turn that waits, with ``events``, in
-        one transaction under the run's lock (so it is counted by no approval after
-        it): ``withdrawn``; ``conflict`` when it has none or the turn no longer waits
-        (a quorum reached is final)."""
+        """Withdraw ``principal``'s approval of the turn that waits, with ``events`` (and
+        the ``receipt`` of the webhook that asked), in one transaction under the run's
+        lock (so it is counted by no approval after it): ``withdrawn`` with the
+        approvals left; ``conflict`` when it has none or the turn no longer waits (a
+        quorum reached is final); a resend of the webhook is a ``duplicate``."""
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
         params = {"rid": rid, "digest": turn_digest, "now": self._ctx.now()}
-        with self._ctx.conns.tx() as s:
-            if s.execute(_LOCK_WAITING, params).first() is not None:
+        try:
+            with self._ctx.conns.tx() as s:
+                if s.execute(_LOCK_WAITING, params).first() is None:
+                    raise _NotWaitingError
+                self._keep(s, receipt, params)
                 mine = params | {"principal": principal, "proposal": ""}
-                if s.execute(_REPLACE_MINE, mine).rowcount:
-                    noted = self._ctx.sql.with_events(
-                        s, "approval", _approval_noted, params, Writes(events)
-                    )
-                    assert noted, "the run's row is locked and checked"
-                    return DecisionOutcome("withdrawn")
-                why = f"{principal} has no approval of this turn to withdraw"
-                return DecisionOutcome("conflict", None, why)
-        with self._ctx.conns.one() as s:
-            return self._why_not_waiting(s, run_id, turn_digest)
+                if not s.execute(_REPLACE_MINE, mine).rowcount:
+                    raise _NoApprovalError
+                noted = self._ctx.sql.with_events(
+                    s, "approval", _approval_noted, params, Writes(events)
+                )
+                assert noted, "the run's row is locked and checked"
+                left = tuple(s.scalars(_APPROVERS, params))
+        except _NoApprovalError:
+            why = f"{principal} has no approval of this turn to withdraw"
+            return DecisionOutcome("conflict", None, why)
+        except (IntegrityError, _NotWaitingError):
+            with self._ctx.conns.one() as s:
+                replay = self._replay(s, run_id, receipt) if receipt else None
+                return replay or self._why_not_waiting(s, run_id, turn_digest)
+        return DecisionOutcome("withdrawn", approved_by=left)
 
     def _row(self, record: DecisionRecord) -> dict[str, Any]:
         """The ``decisions`` row of ``record``, its decision sealed."""

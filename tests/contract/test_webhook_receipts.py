@@ -135,3 +135,38 @@ def test_a_resent_webhook_does_not_revive_a_replaced_approval(api: Api) -> None:
         f"resend answered {again.status_code} {again.json()['result']}; then bob's "
         f"approval: {last.status_code} {last.json()}: released with alice's replaced approval"
     )
+
+
+def test_an_approver_withdraws_over_the_webhook_once(api: Api) -> None:
+    """Issue 26, defect 5: a webhook's approver takes back their approval (``decision:
+    withdraw``) until the quorum is reached; a resend of the withdrawal is a replay,
+    and does not take back the approval given again after it."""
+    view = api.waiting("four_eyes")
+    run_id, digest = view["id"], view["pending"]["turn_digest"]
+    now = time.time()
+    give = {"turn_digest": digest, "decision": "approve", "approver": "alice"}
+    take = {"turn_digest": digest, "decision": "withdraw", "approver": "alice"}
+    first = api.approve(run_id, give, secret=DESK, webhook_id="msg_a1", timestamp=now)
+    assert first.json()["result"] == "partial", first.text
+    taken = api.approve(run_id, take, secret=DESK, webhook_id="msg_a2", timestamp=now)
+    assert taken.status_code == 200, taken.text
+    assert (taken.json()["result"], taken.json()["approved_by"]) == ("withdrawn", [])
+    assert taken.json()["quorum"] == 2
+    assert api.run(run_id)["pending"]["calls"][0]["approvals"] == []
+    again = api.approve(run_id, give, secret=DESK, webhook_id="msg_a3", timestamp=now)
+    assert again.json()["result"] == "partial", again.text
+    resent = api.approve(run_id, take, secret=DESK, webhook_id="msg_a2", timestamp=now)
+    assert resent.status_code == 200 and resent.json()["result"] == "duplicate", resent.text
+    (approval,) = api.run(run_id)["pending"]["calls"][0]["approvals"]
+    assert approval["principal"] == "alice"
+    # nothing to withdraw (bob never approved), or naming calls: refused, nothing changes
+    bob = {**take, "approver": "bob"}
+    nothing = api.approve(run_id, bob, secret=DESK, webhook_id="msg_b1", timestamp=now)
+    assert nothing.status_code == 409 and "no approval" in nothing.json()["detail"]
+    calls = {**take, "calls": {"x": {"decision": "approve"}}}
+    assert api.approve(run_id, calls, secret=DESK, timestamp=now).status_code == 422
+    # bob approves: the quorum is reached, and alice can no longer take hers back
+    done = api.approve(run_id, {**give, "approver": "bob"}, secret=DESK, timestamp=now)
+    assert done.status_code == 202, done.text
+    late = api.approve(run_id, take, secret=DESK, webhook_id="msg_a4", timestamp=now)
+    assert late.status_code == 409, late.text
