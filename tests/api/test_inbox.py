@@ -368,3 +368,22 @@ def test_a_decision_is_not_stored_after_its_sign_in_ended(api: Api) -> None:
     assert service.get_run(run_id).status.value == "waiting_for_approval", (
         "a decision was stored by a sign-in that had already ended"
     )
+
+
+def test_an_approver_withdraws_their_approval_from_the_run_page(api: Api, issuer: Issuer) -> None:
+    """Issue 26, defect 5: until the quorum is reached, the inbox offers the signed-in
+    approver to take back their approval."""
+    run_id = api.waiting("four_eyes")["id"]
+    sign_in(api, token=issuer.token("tess", ["treasury"]))
+    assert 'id="withdraw"' not in run_page(api, run_id)
+    approved = decide(api, run_id)
+    assert approved.status_code == 303 and "notice=partial" in approved.headers["location"]
+    html = run_page(api, run_id)
+    assert 'id="withdraw"' in html
+    digest = api.service.get_run(run_id).turn_digest
+    form = {"csrf": csrf(html), "turn_digest": digest, "decision": "withdraw"}
+    taken = api.client.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+    assert taken.status_code == 303 and "notice=withdrawn" in taken.headers["location"]
+    assert "Your approval is withdrawn" in api.client.get(taken.headers["location"]).text
+    assert digest is not None and api.service.store.decisions.approvals(run_id, digest) == []
+    assert 'id="withdraw"' not in run_page(api, run_id)

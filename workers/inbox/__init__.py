@@ -313,12 +313,14 @@ class Inbox:
             for call in state.pending_calls:
                 forms[call.id] = fields_of(agent, call)
         events = [event_view(e) for e in self.service.events(run.id)]
+        approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
         return self.page(
             "run.html",
             status,
             session=session,
             run=run,
             pending=pending,
+            approved=approved,
             transcript=transcript,
             forms=forms,
             events=[_timeline(e) for e in events],
@@ -437,6 +439,7 @@ NOTICES = {
     "recorded": "Decision recorded: the run resumes.",
     "partial": "Your approval is recorded; the call needs more approvals.",
     "duplicate": "This decision was already recorded; nothing changed.",
+    "withdrawn": "Your approval is withdrawn; the call waits for approvals.",
 }
 
 

@@ -112,6 +112,11 @@ def decision_of(
     and per call approve / deny / edit where one was chosen. A deny needs a reason.
     Raises ``FormError``."""
     whole = form.get("decision")
+    if whole == "withdraw":  # the signed-in approver's own approval, taken back
+        try:
+            return DecisionBody(turn_digest=form.get("turn_digest") or "", decision="withdraw")
+        except ValidationError as exc:
+            raise FormError("the page is out of date: reload it") from exc
     if whole not in ("approve", "deny"):
         raise FormError("choose approve or deny for the turn")
     reason = (form.get("reason") or "").strip() or None
