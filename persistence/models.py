@@ -217,6 +217,8 @@ class WebhookReceiptRow(Base):
     webhook_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
     turn_digest: Mapped[str] = mapped_column(String(64))
+    request: Mapped[str] = mapped_column(String(64))
+    """A digest of what it asked for: a resend must ask for the same."""
     created_at: Mapped[datetime]
 
     __table_args__ = (Index("ix_webhook_receipts_run_id", "run_id"),)

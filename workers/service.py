@@ -16,6 +16,7 @@ from loop import (
     SuspendedRunState,
     check_decisions,
 )
+from loop.canonical import sha256_hex
 from persistence.domain import (
     ACTIVE,
     ApprovalRecord,
@@ -287,7 +288,7 @@ class Service:
             raise UnknownRunError(f"no run has id {run_id!r}")
         stored = body.stored()
         decisions = self.store.decisions
-        receipt = _receipt(principal, webhook_id)
+        receipt = _receipt(principal, webhook_id, body.turn_digest, stored)
         if principal is AIRLOCK:
             # the expiry's whole-turn deny: Airlock's own, guarded on the approval expired
             outcome = decisions.record_decision(
@@ -379,7 +380,7 @@ class Service:
                 "withdrawn": True,
             },
         )
-        receipt = _receipt(principal, webhook_id)
+        receipt = _receipt(principal, webhook_id, turn_digest, {"decision": "withdraw"})
         outcome = self.store.decisions.withdraw(
             run_id, turn_digest, principal.id, [event], receipt=receipt
         )
@@ -672,9 +673,15 @@ class Service:
         return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
 
 
-def _receipt(principal: Principal, webhook_id: str | None) -> Receipt | None:
-    """A signed webhook's receipt: its id, as its approval client's own."""
-    return (principal.client or principal.method, webhook_id) if webhook_id else None
+def _receipt(
+    principal: Principal, webhook_id: str | None, turn_digest: str, asked: dict[str, JsonValue]
+) -> Receipt | None:
+    """A signed webhook's receipt: its id, as its approval client's own, and a digest of
+    what it asked for (its principal, turn and decision)."""
+    if webhook_id is None:
+        return None
+    request = sha256_hex({"principal": principal.id, "turn_digest": turn_digest, **asked})
+    return Receipt(principal.client or principal.method, webhook_id, request)
 
 
 def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:

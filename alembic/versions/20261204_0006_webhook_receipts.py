@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("webhook_id", sa.String(length=255), nullable=False),
         sa.Column("run_id", sa.Uuid(), nullable=False),
         sa.Column("turn_digest", sa.String(length=64), nullable=False),
+        sa.Column("request", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["run_id"], ["agent_runs.id"], name=op.f("fk_webhook_receipts_run_id_agent_runs"),

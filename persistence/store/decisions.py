@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,8 +23,16 @@ from persistence.store.dialects import Writes
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
 SESSIONS = sql.SESSIONS
 
-Receipt = tuple[str, str]
-"""A signed webhook's (approval client, webhook-id): each client's ids are its own."""
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A signed webhook, as its receipt is kept: each approval client's ids are its own,
+    and a resend must ask for what the first asked for."""
+
+    client: str
+    webhook_id: str
+    request: str
+    """A digest of what it asked for (the turn and the decision, or the withdrawal)."""
 
 
 Audit = Callable[[tuple[str, ...], bool, bool], Sequence[Event]]
@@ -285,12 +294,12 @@ class Decisions:
         second use of its id by the same client violates the key and rolls it back."""
         if receipt is None:
             return
-        client, webhook_id = receipt
         s.execute(
             RECEIPTS.insert(),
             {
-                "client": client,
-                "webhook_id": webhook_id,
+                "client": receipt.client,
+                "webhook_id": receipt.webhook_id,
+                "request": receipt.request,
                 "run_id": params["rid"],
                 "turn_digest": params["digest"],
                 "created_at": params["now"],
@@ -299,17 +308,19 @@ class Decisions:
 
     def _replay(self, s: Connection, run_id: str, receipt: Receipt) -> DecisionOutcome | None:
         """A webhook its client sent before: answered with what its turn holds now (the
-        decision, or the approvals so far), never applied again."""
-        client, webhook_id = receipt
+        decision, or the approvals so far), never applied again; the same id asking for
+        something else is a conflict."""
         kept = s.execute(
-            select(RECEIPTS.c.run_id, RECEIPTS.c.turn_digest).where(
-                RECEIPTS.c.client == client, RECEIPTS.c.webhook_id == webhook_id
+            select(RECEIPTS.c.run_id, RECEIPTS.c.turn_digest, RECEIPTS.c.request).where(
+                RECEIPTS.c.client == receipt.client, RECEIPTS.c.webhook_id == receipt.webhook_id
             )
         ).first()
         if kept is None:
             return None
         if str(kept.run_id) != run_id:
             return _USED_ELSEWHERE
+        if kept.request != receipt.request:
+            return _USED_FOR_ANOTHER
         stored = self._decision(s, run_id, kept.turn_digest)
         approvals = {"rid": kept.run_id, "digest": kept.turn_digest}
         approved_by = tuple(s.scalars(_APPROVERS, approvals))
@@ -369,6 +380,10 @@ def _signed_in(s: Connection, sign_in: str | None, now: datetime) -> bool:
 
 _USED_ELSEWHERE = DecisionOutcome(
     "conflict", None, "this client already used this webhook-id for another run"
+)
+
+_USED_FOR_ANOTHER = DecisionOutcome(
+    "conflict", None, "this client already used this webhook-id for another request"
 )
 
 _APPROVERS = (

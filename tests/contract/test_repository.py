@@ -23,6 +23,7 @@ from persistence.store import (
     Event,
     LeaseLostError,
     Prior,
+    Receipt,
     RunStore,
     UnknownRunError,
 )
@@ -166,7 +167,11 @@ def test_counters_are_kept_current_and_never_lowered(repo: RunStore) -> None:
 def test_decision_moves_waiting_to_queued_once(repo: RunStore) -> None:
     run, state = waiting_run(repo)
     outcome = repo.decisions.record_decision(
-        run.id, state.turn_digest, APPROVE, approver="ann", receipt=("desk", "wh-1")
+        run.id,
+        state.turn_digest,
+        APPROVE,
+        approver="ann",
+        receipt=receipt("desk", "wh-1", "approve"),
     )
     assert outcome.result == "recorded"
     assert outcome.stored is not None and outcome.stored.approver == "ann"
@@ -177,9 +182,14 @@ def test_decision_moves_waiting_to_queued_once(repo: RunStore) -> None:
     same = repo.decisions.record_decision(run.id, state.turn_digest, APPROVE, approver="bob")
     assert same.result == "duplicate" and same.stored == outcome.stored
     replay = repo.decisions.record_decision(
-        run.id, state.turn_digest, DENY, receipt=("desk", "wh-1")
+        run.id, state.turn_digest, APPROVE, receipt=receipt("desk", "wh-1", "approve")
     )
     assert replay.result == "duplicate" and replay.stored == outcome.stored
+    # the same id asking for something else: no replay of it
+    reused = repo.decisions.record_decision(
+        run.id, state.turn_digest, DENY, receipt=receipt("desk", "wh-1", "deny")
+    )
+    assert reused.result == "conflict" and "another request" in (reused.reason or "")
     other = repo.decisions.record_decision(run.id, state.turn_digest, DENY)
     assert other.result == "conflict" and other.reason is not None
     assert "already recorded" in other.reason
@@ -202,16 +212,22 @@ def test_decision_for_another_turn_or_state_is_refused(repo: RunStore) -> None:
     )
 
 
+def receipt(client: str, webhook_id: str, request: str) -> Receipt:
+    return Receipt(client, webhook_id, request)
+
+
 def test_webhook_id_of_another_run_is_refused(repo: RunStore) -> None:
     first, s1 = waiting_run(repo)
     second, s2 = waiting_run(repo)
     decide = repo.decisions.record_decision
-    assert decide(first.id, s1.turn_digest, APPROVE, receipt=("desk", "wh")).result == "recorded"
-    reused = decide(second.id, s2.turn_digest, APPROVE, receipt=("desk", "wh"))
+    desk = receipt("desk", "wh", "approve")
+    assert decide(first.id, s1.turn_digest, APPROVE, receipt=desk).result == "recorded"
+    reused = decide(second.id, s2.turn_digest, APPROVE, receipt=desk)
     assert reused.result == "conflict" and "already used" in (reused.reason or "")
     assert repo.runs.require(second.id).status is RunStatus.WAITING_FOR_APPROVAL
     # each client's ids are its own: another's "wh" is no replay
-    assert decide(second.id, s2.turn_digest, APPROVE, receipt=("bank", "wh")).result == "recorded"
+    bank = receipt("bank", "wh", "approve")
+    assert decide(second.id, s2.turn_digest, APPROVE, receipt=bank).result == "recorded"
 
 
 def test_finish_clears_lease_and_checkpoint(repo: RunStore) -> None:

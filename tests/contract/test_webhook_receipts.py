@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from persistence.domain import RunStatus
 from tests.api.conftest import Api, make_api
 from tests.conftest import FakeClock
-from tests.contract.test_decision_races import approve, first_digest, make_service
+from tests.contract.test_decision_races import approve, deny, first_digest, make_service
 from workers.decisions import CallDecisionBody
 from workers.principals import Principal
 from workers.service import ConflictError, Outcome, Service
@@ -170,3 +170,21 @@ def test_an_approver_withdraws_over_the_webhook_once(api: Api) -> None:
     assert done.status_code == 202, done.text
     late = api.approve(run_id, take, secret=DESK, webhook_id="msg_a4", timestamp=now)
     assert late.status_code == 409, late.text
+
+
+def test_a_reused_webhook_id_asking_for_another_decision_is_refused(engine: Engine) -> None:
+    """Found in the second review: a client's approval kept under ``msg_1``, then a deny
+    under ``msg_1``, was answered 200 ``duplicate`` with the deny as its decision."""
+    service = make_service(engine, FakeClock())
+    run, _ = service.start_run("treasury", "pay the supplier", requested_by="mallory")
+    assert service.run_segment(run.id, "worker").outcome is Outcome.SUSPENDED
+    digest = first_digest(run.id)
+    desk = Principal.of_client("payments-desk", TREASURY, "alice")
+    first = service.record_decision(run.id, approve(digest), desk, webhook_id="msg_1")
+    assert first.result == "partial"
+    # before, answered 200 'duplicate' echoing the deny it never applied
+    with pytest.raises(ConflictError, match="another request"):
+        service.record_decision(run.id, deny(digest), desk, webhook_id="msg_1")
+    assert service.store.decisions.decision_for(run.id, digest) is None  # nothing applied
+    again = service.record_decision(run.id, approve(digest), desk, webhook_id="msg_1")
+    assert (again.result, again.approved_by) == ("duplicate", ("alice",))
