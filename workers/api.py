@@ -3,11 +3,14 @@ and the signed approval webhook. Handlers are thin shells over the service."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
+from weakref import WeakKeyDictionary
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -100,9 +103,17 @@ def _errors(app: FastAPI, metrics: Metrics) -> None:
         return problem_response(exc.status_code, str(exc.detail), str(exc.detail))
 
 
+VERIFIERS = 8
+"""Threads that verify OIDC tokens at once (beside FastAPI's own)."""
+
+
 def gate_of(auth: Authenticator) -> Gate:
     """Who calls ``/v1/``, before a body is read; noted in the scope's ``state`` as
     ``principal`` (None: the API token's holder, or anyone on an open API)."""
+
+    # made on each event loop at its first use (one under uvicorn; a test client may
+    # run one per request)
+    verifiers: WeakKeyDictionary[asyncio.AbstractEventLoop, CapacityLimiter] = WeakKeyDictionary()
 
     async def gate(scope: Scope, headers: Headers) -> None:
         path: str = scope["path"]
@@ -114,9 +125,14 @@ def gate_of(auth: Authenticator) -> Gate:
         else:
             check = lambda: auth.caller(headers.get("authorization"))  # noqa: E731
         # verifying a token may wait on the issuer's keys: not on the event loop, and
-        # nothing else waits for a thread behind it
-        verifies = auth.verifies(headers, approval=approval)
-        principal = await run_in_threadpool(check) if verifies else check()
+        # in threads of its own, so that tokens (made up ones too) waiting on a fetch
+        # never hold the threads FastAPI's routes run on
+        if auth.verifies(headers, approval=approval):
+            loop = asyncio.get_running_loop()
+            limiter = verifiers.get(loop) or verifiers.setdefault(loop, CapacityLimiter(VERIFIERS))
+            principal = await to_thread.run_sync(check, limiter=limiter)
+        else:
+            principal = check()
         scope.setdefault("state", {})["principal"] = principal
 
     return gate

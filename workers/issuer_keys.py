@@ -1,7 +1,8 @@
 """The OIDC issuer's signing keys (its JWKS), as ``TokenVerifier`` needs them: kept
 ``LIFESPAN`` seconds, fetched by one request at a time and never under a lock another
 request waits on, at most once per ``COOLDOWN`` whether the last fetch worked or not,
-and within ``FETCH_TIMEOUT`` seconds.
+and within ``FETCH_TIMEOUT`` seconds in all (an answer that trickles in, headers
+included, is cut off there).
 
 PyJWT's ``PyJWKClient`` fetches under the lock every lookup takes and starts its
 cooldown only after a fetch that worked: tokens with made-up key ids, sent while the
@@ -10,6 +11,7 @@ keys are parsed and looked up with PyJWT's ``PyJWKSet`` and ``PyJWK``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -52,7 +54,6 @@ class IssuerKeys:
         self._jwks_url = jwks_url
         self._clock = clock
         self._lifespan, self._cooldown, self._timeout = LIFESPAN, COOLDOWN, FETCH_TIMEOUT
-        self._http = httpx.Client(timeout=self._timeout, follow_redirects=False)
         self._lock = threading.Lock()  # guards what follows; never held while fetching
         self._fetched = threading.Condition(self._lock)
         self._keys: dict[str, PyJWK] | None = None
@@ -109,36 +110,46 @@ class IssuerKeys:
         return UnknownKeyError(f"no key of the issuer has the id {kid!r}")
 
     def _fetch(self) -> dict[str, PyJWK]:
-        """The signing keys (``use`` sig or unset) by id, as the issuer serves them now."""
-        deadline = time.monotonic() + self._timeout
-        url = self._jwks_url
-        if url is None:
-            where = self._issuer.rstrip("/") + "/.well-known/openid-configuration"
-            found = self._get(where, deadline).get("jwks_uri")
-            if not isinstance(found, str):
-                raise KeysUnavailableError(f"{where} names no jwks_uri")
-            url = self._jwks_url = found
+        """The signing keys (``use`` sig or unset) by id, as the issuer serves them now,
+        within ``FETCH_TIMEOUT`` in all: httpx's timeouts bound each read, so the whole
+        fetch runs under asyncio's timeout, which ends it wherever it waits. Fetches are
+        rare (one per cooldown at most): a client of its own, on a loop of its own."""
         try:
-            keys = PyJWKSet.from_dict(self._get(url, deadline))
+            return asyncio.run(asyncio.wait_for(self._fetch_keys(), self._timeout))
+        except TimeoutError as exc:
+            asked = self._jwks_url or self._issuer
+            raise KeysUnavailableError(f"{asked} took over {self._timeout} s") from exc
+
+    async def _fetch_keys(self) -> dict[str, PyJWK]:
+        async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as http:
+            url = self._jwks_url
+            if url is None:
+                where = self._issuer.rstrip("/") + "/.well-known/openid-configuration"
+                found = (await _get(http, where)).get("jwks_uri")
+                if not isinstance(found, str):
+                    raise KeysUnavailableError(f"{where} names no jwks_uri")
+                url = self._jwks_url = found
+            answer = await _get(http, url)
+        try:
+            keys = PyJWKSet.from_dict(answer)
         except PyJWTError as exc:
             raise KeysUnavailableError(f"{url} holds no usable keys: {exc}") from exc
         return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
 
-    def _get(self, url: str, deadline: float) -> dict[str, object]:
-        """The JSON object at ``url``, read whole by ``deadline``."""
-        try:
-            with self._http.stream("GET", url) as answer:
-                answer.raise_for_status()
-                body = bytearray()
-                for chunk in answer.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_SIZE:
-                        raise KeysUnavailableError(f"{url} answers more than {MAX_SIZE} bytes")
-                    if time.monotonic() > deadline:
-                        raise KeysUnavailableError(f"{url} took over {self._timeout} s")
-            data = json.loads(body)
-        except (httpx.HTTPError, ValueError) as exc:
-            raise KeysUnavailableError(f"{url}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise KeysUnavailableError(f"{url} answers no JSON object")
-        return data
+
+async def _get(http: httpx.AsyncClient, url: str) -> dict[str, object]:
+    """The JSON object at ``url``, of at most ``MAX_SIZE`` bytes."""
+    try:
+        async with http.stream("GET", url) as answer:
+            answer.raise_for_status()
+            body = bytearray()
+            async for chunk in answer.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_SIZE:
+                    raise KeysUnavailableError(f"{url} answers more than {MAX_SIZE} bytes")
+        data = json.loads(body)
+    except (httpx.HTTPError, ValueError) as exc:
+        raise KeysUnavailableError(f"{url}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise KeysUnavailableError(f"{url} answers no JSON object")
+    return data

@@ -491,3 +491,29 @@ def test_made_up_key_ids_while_the_issuers_keys_hang_stall_nothing(
         finally:
             issuer.release()  # a deadlocked attempt ends, and says so
     api.service.store.engine.dispose()
+
+
+def test_made_up_key_ids_before_the_first_keys_hold_no_thread_of_the_routes(
+    db_url: str, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in the second review: before the first keys are fetched, tokens with made-up
+    kids waited for the first fetch in the threads FastAPI's routes run on, so an
+    API-token GET stalled behind them. They now wait in the verifier's own threads."""
+    monkeypatch.setattr(issuer_keys, "FETCH_TIMEOUT", 120.0)  # held until released
+    api = make_api(db_url, **issuer.settings())
+    made_up = {"Authorization": f"Bearer {issuer.token('x', key=new_key(), kid='made-up')}"}
+    with api.client as client, ThreadPoolExecutor(64) as pool:
+        try:
+            issuer.hold()  # the very first fetch
+            first = pool.submit(client.get, "/v1/runs", headers=made_up)
+            assert issuer.fetching.wait(GUARD)
+            waiting = [pool.submit(client.get, "/v1/runs", headers=made_up) for _ in range(60)]
+            answered = pool.submit(client.get, "/v1/runs", headers=api.headers()).result(GUARD)
+            assert answered.status_code == 200, answered.text
+            assert issuer.fetches == 1 and not first.done()  # still held
+            issuer.release()
+            for attempt in (first, *waiting):
+                problem(attempt.result(GUARD), 401, "no key")
+        finally:
+            issuer.release()
+    api.service.store.engine.dispose()

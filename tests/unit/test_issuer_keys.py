@@ -5,6 +5,8 @@ The clock is the test's; a fetch in flight is held by the issuer until released.
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -129,3 +131,65 @@ def test_lookups_before_the_first_keys_fetch_them_once(
     assert first.result(GUARD).key_id == issuer.kid
     assert second.result(GUARD).key_id == issuer.ec_kid
     assert issuer.fetches == 1
+
+
+class Trickle:
+    """A keys endpoint that sends its answer a byte at a time, each byte well within
+    httpx's read timeout, until the client hangs up; it counts the bytes it sent."""
+
+    ANSWER = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n"
+        b'{"keys": []}'
+    )
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sent = 0
+        self.hung_up = threading.Event()
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/jwks"
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.recv(65536)
+            for byte in self.ANSWER:
+                if self.stop.wait(0.05):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    break
+                self.sent += 1
+            self.hung_up.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_fetch_whose_answer_trickles_in_ends_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found in the second review: the deadline was checked between chunks of the body
+    only, so an answer whose headers trickled in kept the fetch going (36 s against its
+    2 s). Now the fetch gives up while the answer is still coming."""
+    monkeypatch.setattr(issuer_keys, "FETCH_TIMEOUT", 0.5)
+    trickle = Trickle()
+    try:
+        keys = IssuerKeys("https://issuer.test", trickle.url)
+        with pytest.raises(KeysUnavailableError, match="took over"):
+            keys.key("any")
+        # it gave up while the headers were still coming
+        assert trickle.sent < Trickle.ANSWER.index(b"\r\n\r\n")
+    finally:
+        trickle.close()
