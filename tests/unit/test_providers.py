@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,10 +27,14 @@ from tests.unit.agents import Recorder
 
 
 class Recorded:
-    def __init__(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+    def __init__(
+        self, path: str, headers: dict[str, str], body: dict[str, Any], peer: tuple[str, int]
+    ) -> None:
         self.path = path
         self.headers = headers
         self.body = body
+        self.peer = peer
+        """The client's address: the same for calls on one kept-alive connection."""
 
 
 class FakeProvider(ThreadingHTTPServer):
@@ -50,11 +55,17 @@ class FakeProvider(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: FakeProvider
+    protocol_version = "HTTP/1.1"  # keeps connections alive, as providers do
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers["content-length"]))
         self.server.requests.append(
-            Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw))
+            Recorded(
+                self.path,
+                {k.lower(): v for k, v in self.headers.items()},
+                json.loads(raw),
+                self.client_address,
+            )
         )
         status, body, headers = self.server.replies.pop(0)
         data = json.dumps(body).encode()
@@ -180,6 +191,32 @@ def test_openai_errors_are_typed(provider: FakeProvider, status: int, retryable:
         model.complete([], [])
     assert info.value.retryable is retryable
     assert info.value.retry_after == (7.0 if retryable else None)
+
+
+def test_calls_share_one_kept_alive_connection(provider: FakeProvider) -> None:
+    """One pooled client per process: the second call (even from another model object)
+    goes over the first call's connection, with no new handshake."""
+    for _ in range(2):
+        provider.reply(openai_turn(content="hi"))
+    OpenAIModel(model="m", base_url=provider.url, api_key="k").complete([], [])
+    OpenAIModel(model="m", base_url=provider.url, api_key="k").complete([], [])
+    peers = {r.peer for r in provider.requests}
+    assert len(provider.requests) == 2
+    assert len(peers) == 1, peers
+
+
+def test_a_forked_child_makes_its_own_client() -> None:
+    from providers import http
+
+    parent = http.client()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a client of its own, not the parent's object
+        os.write(write, b"1" if http.client() is not parent else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert http.client() is parent
 
 
 def test_unreachable_provider_is_retryable() -> None:
