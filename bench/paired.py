@@ -54,7 +54,7 @@ def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
         port = free_port()
-        api = [sys.executable, "-m", "workers.cli", "api", "--port", str(port)]
+        api = [sys.executable, "-m", "workers", "api", "--port", str(port)]
         worker = airlock_worker(f"paired{redis_db}")
         try:
             stack.processes.append(Process("api", api, env, tmp / "api.log", root).start())

@@ -69,7 +69,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     port = free_port()
     api = Process(
         "api",
-        [sys.executable, "-m", "workers.cli", "api", "--port", str(port), *API_OPTIONS],
+        [sys.executable, "-m", "workers", "api", "--port", str(port), *API_OPTIONS],
         airlock_env(config, stack.outbox),
         tmp / "api.log",
     ).start()
@@ -96,7 +96,7 @@ def airlock_worker(name: str, *extra: str) -> list[str]:
     Celery's default log level (WARNING), so no line per task is written. ``extra``
     goes to ``celery worker`` (``--include bench.trace`` loads the trace points)."""
     return [
-        sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", f"{name}@%h",
+        sys.executable, "-m", "workers", "worker", "-c", "2", "-n", f"{name}@%h",
         *WORKER_OPTIONS, *extra,
     ]  # fmt: skip
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
+from kombu import Queue
 
-from workers import embedded_broker, metrics, queues, redis_broker, supervisor
+from workers import embedded_broker, metrics, queues, redis_broker
 from workers.notify import deliver_due
 from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
@@ -34,8 +35,9 @@ NOTIFY = "airlock.notify.v1"
 DELIVER = "airlock.deliver_notifications.v1"
 QUEUE = queues.SEGMENTS
 NOTIFY_QUEUE = queues.NOTIFICATIONS
-"""Deliveries' own queue: a worker started without ``-Q`` (a segment worker) does not
-consume it; ``airlock worker`` runs a consumer of its own for it (``workers.supervisor``)."""
+"""Deliveries' own queue. A worker started without ``-Q`` consumes both (the app's
+``task_queues``): under the gevent pool a delivery that waits on its receiver holds a
+greenlet, not the process. ``-Q airlock.notifications`` runs a replica for it alone."""
 
 
 def broker_options(config: Settings) -> dict[str, Any]:
@@ -77,6 +79,7 @@ def make_app(config: Settings) -> Celery:
         broker_transport_options=broker_options(config),
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
+        task_queues=(Queue(QUEUE), Queue(NOTIFY_QUEUE)),
         task_routes={DELIVER: {"queue": NOTIFY_QUEUE}, NOTIFY: {"queue": NOTIFY_QUEUE}},
         task_serializer="json",
         accept_content=["json"],
@@ -142,8 +145,6 @@ def _serve_metrics(**_: object) -> None:
             "serving metrics",
             extra={"action": "metrics.serving", "port": config.worker_metrics_port},
         )
-    elif os.environ.get(supervisor.CHILD) and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        metrics.record()  # the supervisor serves them
 
 
 THREADS_POOL = "celery.concurrency.thread"

@@ -82,38 +82,41 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
-    """Run the workers (extra arguments go to `celery worker`, e.g. -c 4 -l info). On a
-    broker server (Redis): -c processes of `celery worker -P solo` under one supervisor
-    (workers.supervisor); with -P (e.g. -P prefork), one `celery worker`. With
-    AIRLOCK_NOTIFY_URL set, one process more delivers notifications (unless -Q names
-    the queues to consume)."""
-    from workers import queues, supervisor  # noqa: PLC0415
-
-    if parent := os.environ.get(supervisor.CHILD):
-        supervisor.die_with(int(parent))
-    else:
-        config = settings()
-        notifications = supervisor.Notifications(queues.NOTIFICATIONS, config.notify_concurrency)
-        try:
-            plan = supervisor.plan(
-                ctx.args,
-                embedded_broker=config.embedded_broker,
-                cpus=os.cpu_count() or 1,
-                notifications=notifications if config.notify_url else None,
-            )
-        except supervisor.UsageError as exc:
-            fail(str(exc), 2)
-        if plan is not None:
-            raise typer.Exit(supervisor.supervise(plan, config))
+    """Run a Celery worker (extra arguments go to `celery worker`, e.g. -l info). On a
+    broker server (Redis) by default -P gevent -c 200: one process keeps 200 segments in
+    flight while they wait on their models. It consumes the segments' queue and the
+    notifications' (-Q names others). More processes: more replicas of this command."""
     import click  # noqa: PLC0415 - Celery's command line is click's
 
+    from workers.launch import pool_of, usage_error, worker_arguments  # noqa: PLC0415
+
+    if (error := usage_error(ctx.args)) is not None:
+        fail(error, 2)
+    arguments = worker_arguments(ctx.args, os.environ)
+    if pool_of(arguments) in ("gevent", "eventlet") and not _patched(pool_of(arguments)):
+        fail(
+            f"the {pool_of(arguments)} pool needs the standard library patched before "
+            "Airlock is imported: start the worker as `airlock worker` or "
+            "`python -m workers worker`, not `python -m workers.cli`",
+            2,
+        )
     from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
     from workers.celery_app import app as celery  # noqa: PLC0415
 
     try:
-        celery.worker_main(["worker", *ctx.args])
+        celery.worker_main(["worker", *arguments])
     except click.UsageError as exc:  # an option celery worker does not know, say
         fail(f"celery worker: {exc.format_message()}", 2)
+
+
+def _patched(pool: str | None) -> bool:
+    if pool == "gevent":
+        from gevent import monkey  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        return bool(monkey.is_module_patched("socket"))
+    from eventlet import patcher  # type: ignore[import-not-found]  # noqa: PLC0415
+
+    return bool(patcher.is_monkey_patched("socket"))
 
 
 @app.command(context_settings=PASSTHROUGH)

@@ -64,7 +64,7 @@ def celery_process(kind: str, log: Path, *args: str) -> AbstractContextManager[o
 def airlock_worker(log: Path, *args: str) -> AbstractContextManager[object]:
     """``airlock worker``: with AIRLOCK_NOTIFY_URL set, notifications are delivered by a
     consumer of their own beside it."""
-    return process([sys.executable, "-m", "workers.cli", "worker", "-l", "info", *args], log)
+    return process([sys.executable, "-m", "workers", "worker", "-l", "info", *args], log)
 
 
 @contextmanager

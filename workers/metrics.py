@@ -1,9 +1,9 @@
 """Worker metrics: how long segments take, by outcome.
 
-Segments run in the pool's child processes (or, under ``airlock worker``'s supervisor,
-in its children), so the metrics use prometheus_client's multiprocess mode: each
-process writes its samples to files in a folder, and the worker's main process (the
-supervisor) serves them all on ``AIRLOCK_WORKER_METRICS_PORT``. The mode is
+Segments run in the worker's process (the gevent pool's greenlets) or in its prefork
+pool's children, so the metrics use prometheus_client's multiprocess mode: each
+process writes its samples to files in a folder, and the worker's main process
+serves them all on ``AIRLOCK_WORKER_METRICS_PORT``. The mode is
 chosen when prometheus_client is first imported, so it is imported here, lazily,
 after the folder is set up, and only in a worker.
 """

@@ -43,8 +43,7 @@ READ_LIMIT = 4096
 to its end, so that its connection is kept for the next delivery; a longer one is
 closed unread."""
 MAX_CONNECTIONS = 64
-"""Connections a process holds at most (its deliverers are fewer: the notification
-consumer's threads, ``AIRLOCK_NOTIFY_CONCURRENCY``)."""
+"""Connections a process holds at most; deliveries beyond wait for one."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import JsonValue
 from sqlalchemy.exc import InterfaceError, OperationalError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from loop import (
     Agent,
@@ -66,7 +67,9 @@ class SegmentResult:
 
 
 def is_database_error(exc: BaseException) -> bool:
-    return isinstance(exc, OperationalError | InterfaceError)
+    """The database could not be reached (or no pooled connection came free in time):
+    nothing could be recorded, the task retries."""
+    return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError)
 
 
 def is_transient(exc: BaseException) -> bool:

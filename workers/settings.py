@@ -55,8 +55,6 @@ class Settings(BaseSettings):
     # each delivery attempt ends within this many seconds, whatever the receiver does
     # (less than the minute a deliverer holds a notification it took)
     notify_timeout: float = Field(default=10.0, gt=0, le=50)
-    # deliveries at once: the threads of airlock worker's notification consumer
-    notify_concurrency: int = Field(default=4, ge=1, le=64)
     state_key: str | None = None
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
@@ -84,6 +82,10 @@ class Settings(BaseSettings):
     soft_shutdown_timeout: float = Field(default=30.0, ge=0)
     retry_base_delay: float = Field(default=1.0, gt=0)
     retry_max_delay: float = Field(default=300.0, gt=0)
+    # database connections a process keeps at most in each of its pools (three on
+    # PostgreSQL: transactions, single statements, leases); a statement borrows one and
+    # gives it back, so this bounds a worker's connections, not its concurrency
+    db_pool_size: int = Field(default=8, ge=1, le=100)
     # a worker serves its Prometheus metrics (segment durations) on this port
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
 

@@ -27,8 +27,18 @@ def limits_of(config: Settings) -> Limits:
     )
 
 
+def pool_of(config: Settings) -> dict[str, int]:
+    """Each PostgreSQL pool's bound: ``AIRLOCK_DB_POOL_SIZE`` connections, no overflow
+    (a statement that finds none free waits for one, up to 30 s)."""
+    if not config.database_url.startswith("postgres"):
+        return {}
+    return {"pool_size": config.db_pool_size, "max_overflow": 0}
+
+
 def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = None) -> Service:
-    store = RunStore(make_engine(config.database_url), cipher=StateCipher(config.state_key))
+    store = RunStore(
+        make_engine(config.database_url, **pool_of(config)), cipher=StateCipher(config.state_key)
+    )
     return Service(
         store=store,
         registry=Registry.from_paths(config.agents),

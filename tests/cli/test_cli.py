@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def airlock(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> Any:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
+        [sys.executable, "-m", "workers", *args],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -236,7 +236,9 @@ def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quor
         ("filesystem://", ("--bogus",), "celery worker: No such option '--bogus'"),
         ("redis://127.0.0.1:1/0", ("-c", "0"), "-c/--concurrency must be at least 1, not 0"),
         ("redis://127.0.0.1:1/0", ("-c", "x"), "a whole number, not 'x'"),
-        ("redis://127.0.0.1:1/0", ("-n",), "-n needs a value"),
+        ("redis://127.0.0.1:1/0", ("-P", "prefork", "-c", "0"), "must be at least 1, not 0"),
+        ("redis://127.0.0.1:1/0", ("-n",), "-n/--hostname needs a value"),
+        ("redis://127.0.0.1:1/0", ("-P",), "-P/--pool needs a value"),
     ],
 )
 def test_a_worker_refuses_bad_options_in_a_line(

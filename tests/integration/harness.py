@@ -125,7 +125,7 @@ def celery_worker(
 ) -> Process:
     """``celery -A workers worker`` (prefork), or with ``supervised`` ``airlock worker``
     as it runs on Redis: ``concurrency`` solo workers under its supervisor."""
-    command = ["workers.cli"] if supervised else ["celery", "-A", "workers"]
+    command = ["workers"] if supervised else ["celery", "-A", "workers"]
     argv = [
         sys.executable, "-m", *command, "worker", "-l", "info",
         "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
@@ -186,7 +186,7 @@ class Stack:
         port = free_port()
         api = Process(
             "api",
-            [sys.executable, "-m", "workers.cli", "api", "--port", str(port)],
+            [sys.executable, "-m", "workers", "api", "--port", str(port)],
             airlock_env(self.config, self.outbox) | env,
             self.tmp / "api.log",
         ).start()

@@ -304,7 +304,7 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     stack = embedded_stack
     prefork = stack.worker()
     argv = [
-        sys.executable, "-m", "workers.cli", "worker", "-P", "threads", "-c", "2",
+        sys.executable, "-m", "workers", "worker", "-P", "threads", "-c", "2",
         "-n", "threads@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     threads = Process("threads", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "t.log")
@@ -341,7 +341,7 @@ def test_airlock_worker_runs_c_solo_workers_that_its_supervisor_keeps(
         AIRLOCK_WORKER_METRICS_PORT=str(port),
     )
     argv = [
-        sys.executable, "-m", "workers.cli", "worker", "-c", "2", "-n", "sup@%h", "-l", "info",
+        sys.executable, "-m", "workers", "worker", "-c", "2", "-n", "sup@%h", "-l", "info",
         "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     worker = Process("sup", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "sup.log")
