@@ -396,7 +396,7 @@ def main() -> None:
     parser.add_argument(
         "--pool",
         help="run the worker as `airlock worker -P POOL` (e.g. prefork) instead of its "
-        "supervised solo workers",
+        "default pool (gevent)",
     )
     args = parser.parse_args()
     if args.pool:

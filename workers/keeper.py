@@ -116,6 +116,9 @@ class Keeper:
     def _renew_one(self, run_id: str, owner: str) -> None:
         try:
             if not self._store.transitions.renew_lease(run_id, owner, self._lease):
-                log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
+                with self._lock:  # a segment that has just ended gave its lease back
+                    lost = run_id in self._held
+                if lost:
+                    log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
         except Exception:
             log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)

@@ -91,6 +91,24 @@ class FreshIdsModel:
         return ModelResponse(AssistantMessage(content="charged"), Usage(20, 3))
 
 
+class SlowModel(ScriptedModel):
+    """W1's script, each call taking ``AIRLOCK_TEST_MODEL_SECONDS`` (default 2 s) as a
+    real model's does: the segment waits on it (``time.sleep``, which gevent's worker
+    has patched to wait in its greenlet)."""
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        _record_model()
+        time.sleep(float(os.environ.get("AIRLOCK_TEST_MODEL_SECONDS", "2")))
+        return super().complete(transcript, tools)
+
+
+def _record_model() -> None:
+    outbox = os.environ.get("AIRLOCK_TEST_OUTBOX")
+    if outbox:
+        with Path(outbox).open("a") as fh:
+            fh.write("model.start -\n")
+
+
 @tool(effect=Effect.WRITE, approvers=["payments"])
 def pay(invoice: str, ctx: ToolContext) -> str:
     """Pay an invoice: only the payments role may approve it."""
@@ -153,6 +171,7 @@ AGENTS = [
         self_approval=True,
     ),
     _agent("slow_read", w1(lookup_seconds=4.0)),
+    Agent(name="slow_model", model=SlowModel(w1()), tools=[lookup, send_email]),
     _agent("slow_write", w1(send_seconds=4.0)),
     _agent("very_slow_read", w1(lookup_seconds=16.0)),
     _agent("expires_deny", w1(), approval_ttl=timedelta(seconds=1)),

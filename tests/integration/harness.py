@@ -121,15 +121,17 @@ def celery_worker(
     concurrency: int = 2,
     *,
     include: Sequence[str] = (),
-    supervised: bool = False,
+    airlock: bool = False,
 ) -> Process:
-    """``celery -A workers worker`` (prefork), or with ``supervised`` ``airlock worker``
-    as it runs on Redis: ``concurrency`` solo workers under its supervisor."""
-    command = ["workers"] if supervised else ["celery", "-A", "workers"]
-    argv = [
-        sys.executable, "-m", *command, "worker", "-l", "info",
-        "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+    """``celery -A workers worker -c concurrency`` (prefork), or with ``airlock``
+    ``airlock worker`` as an operator runs it: no pool or concurrency given (on Redis,
+    gevent with 200 greenlets)."""
+    argv = [sys.executable, "-m"]
+    if airlock:
+        argv += ["workers", "worker", "-l", "info"]
+    else:
+        argv += ["celery", "-A", "workers", "worker", "-l", "info", "-c", str(concurrency)]
+    argv += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle"]
     if include:  # modules the worker imports as it starts (``celery worker --include``)
         argv += ["--include", ",".join(include)]
     return Process(name, argv, airlock_env(config, outbox), log)
@@ -168,13 +170,13 @@ class Stack:
         self.celery.send_task(RUN_SEGMENT, (run_id,), countdown=delay)
 
     def worker(
-        self, concurrency: int = 2, include: Sequence[str] = (), *, supervised: bool = False
+        self, concurrency: int = 2, include: Sequence[str] = (), *, airlock: bool = False
     ) -> Process:
         self._workers += 1
         name = f"w{self._workers}"
         log = self.tmp / f"{name}.log"
         worker = celery_worker(
-            self.config, self.outbox, log, name, concurrency, include=include, supervised=supervised
+            self.config, self.outbox, log, name, concurrency, include=include, airlock=airlock
         ).start()
         self.processes.append(worker)
         wait_ready(worker)

@@ -35,22 +35,20 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.stop()
 
 
-@pytest.mark.parametrize(
-    ("down", "supervised"), [("stop", False), ("crash", False), ("crash", True)]
-)
+@pytest.mark.parametrize(("down", "airlock"), [("stop", False), ("crash", False), ("crash", True)])
 def test_postgres_restart_during_a_run(
     make_stack: StackFactory,
     private_postgres: PrivatePostgres,
     shared_redis: str,
     down: str,
-    supervised: bool,
+    airlock: bool,
 ) -> None:
     """``crash`` comes milliseconds after the claim, which does not wait for the disk:
     the restarted server may or may not have it, and the run completes either way.
-    ``supervised``: ``airlock worker``'s solo workers, not a prefork pool."""
+    ``airlock``: ``airlock worker`` as shipped (gevent), not a prefork pool."""
     migrate(private_postgres.url)
     stack = make_stack(AIRLOCK_DATABASE_URL=private_postgres.url, AIRLOCK_BROKER_URL=shared_redis)
-    worker = stack.worker(supervised=supervised)
+    worker = stack.worker(airlock=airlock)
     stack.beat()
     run, _ = stack.service.start_run("slow_read", "mail")
     wait_for(
@@ -76,14 +74,14 @@ def test_postgres_restart_during_a_run(
     assert stack.executions()[send_key(run.id)] == 1
 
 
-@pytest.mark.parametrize("supervised", [False, True], ids=["prefork", "airlock-worker"])
+@pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
 def test_redis_restart_with_a_segment_in_flight(
-    make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, supervised: bool
+    make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, airlock: bool
 ) -> None:
     stack: Stack = make_stack(
         AIRLOCK_DATABASE_URL=postgres_url, AIRLOCK_BROKER_URL=private_redis.url
     )
-    worker = stack.worker(supervised=supervised)
+    worker = stack.worker(airlock=airlock)
     stack.beat()
     run, _ = stack.service.start_run("slow_read", "mail")
     wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])

@@ -96,7 +96,7 @@ def test_create_wait_notify_approve_complete_over_http(
     )
     base = stack.api()
     receiver.api = base
-    stack.worker(supervised=True)  # airlock worker: with a consumer of notifications
+    stack.worker(airlock=True)  # airlock worker: it consumes the notifications too
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     created = httpx.post(f"{base}/v1/runs", json={"agent": "w1", "input": "mail"}, headers=auth)

@@ -59,15 +59,15 @@ def notifying_stack(
 def test_a_receiver_that_never_answers_holds_no_segment(
     notifying_stack: tuple[Stack, Holder],
 ) -> None:
-    """``airlock worker -c 1`` as shipped (on Redis a solo worker, on the embedded broker
-    one Celery worker) and the consumer of notifications it runs beside: while the
+    """``airlock worker`` as shipped (on Redis one gevent worker that consumes the
+    notifications too, on the embedded broker Celery's default pool): while the
     receiver holds the first delivery's connection open, the run is approved and
     completes. Before, the one worker was held by the delivery, and the run completed
     only once the delivery's read timed out and its connection was closed."""
     stack, holder = notifying_stack
     with serving(holder):
         try:
-            stack.worker(concurrency=1, supervised=True)
+            stack.worker(airlock=True)
             run, _ = stack.service.start_run("w1", "mail")
             stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
             wait_for("the receiver to hold the delivery", lambda: holder.held)

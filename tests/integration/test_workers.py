@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sys
@@ -13,6 +12,8 @@ from collections import Counter
 import httpx
 import pytest
 import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
@@ -112,44 +113,44 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
     assert stack.executions()[send_key(run.id)] == 1
 
 
-SUPERVISED = pytest.mark.parametrize("supervised", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker`` (prefork) and ``airlock worker`` (solo workers under
-its supervisor, which take their segments with them when the supervisor is killed)."""
+POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
+"""Under ``celery -A workers worker`` (prefork) and ``airlock worker`` as shipped (one
+gevent process)."""
 
 
-@SUPERVISED
+@POOLS
 def test_killed_worker_mid_write_fails_the_run_instead_of_writing_twice(
-    stack: Stack, supervised: bool
+    stack: Stack, airlock: bool
 ) -> None:
-    worker = stack.worker(supervised=supervised)
+    worker = stack.worker(airlock=airlock)
     stack.beat()
     run, _ = stack.service.start_run("slow_write", "mail")
     stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
     approve(stack, run.id)
     wait_for("the write to start", lambda: stack.starts()[f"send_email.start {run.id}:call_1_0"])
     worker.kill()
-    stack.worker(supervised=supervised)
+    stack.worker(airlock=airlock)
     failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
     assert "started but its outcome was never recorded" in (failed.error or "")
     assert stack.starts()[f"send_email.start {run.id}:call_1_0"] == 1
     assert failed.has_checkpoint  # a failed run keeps its checkpoint for retry
 
 
-@SUPERVISED
+@POOLS
 def test_a_worker_killed_right_after_a_policy_approved_write_never_writes_twice(
-    stack: Stack, supervised: bool
+    stack: Stack, airlock: bool
 ) -> None:
     """SIGKILL lands after the charge was made, before its result is recorded; the model
     gives every call a fresh id. The redone segment resumes from the written-ahead turn
     (the same call id), finds the charge in doubt and fails the run: it never asks the
     model again and never charges twice."""
-    worker = stack.worker(supervised=supervised)
+    worker = stack.worker(airlock=airlock)
     stack.beat()
     run, _ = stack.service.start_run("policy_charge", "charge 5")
     charged = f"charge {run.id}:"
     wait_for("the charge", lambda: any(k.startswith(charged) for k in stack.executions()))
     worker.kill()
-    stack.worker(supervised=supervised)
+    stack.worker(airlock=airlock)
     failed = stack.wait_status(run.id, RunStatus.FAILED, timeout=60)
     charges = [k for k in stack.executions().elements() if k.startswith(charged)]
     assert len(charges) == 1
@@ -315,97 +316,106 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     assert warning not in prefork.output()
 
 
-def _children(parent: int) -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry.isdigit() and int(fields[1]) == parent and fields[0] != "Z":
-            found.add(int(entry))
-    return found
+def _worker_connections(url: str, application: str) -> int:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            query = text("select count(*) from pg_stat_activity where application_name = :name")
+            return int(conn.execute(query, {"name": application}).scalar_one())
+    finally:
+        engine.dispose()
 
 
-def test_airlock_worker_runs_c_solo_workers_that_its_supervisor_keeps(
+def test_airlock_worker_keeps_many_segments_waiting_on_their_models_in_one_process(
     make_stack: StackFactory, postgres_url: str, shared_redis: str
 ) -> None:
-    """``airlock worker -c 2`` on Redis: two ``-P solo`` workers, each a node of its
-    own, that run segments; one killed is started again; their metrics are served on
-    the supervisor's port; SIGTERM to the supervisor stops them all warm."""
-    port = free_port()
+    """``airlock worker`` as shipped, on Redis: one process (gevent, 200 greenlets).
+    60 runs whose model takes 3 s a call, on leases of 2 s: while all wait on their
+    models at once, the worker answers a ping, holds no more database connections than
+    its pools allow, and renews every lease; each run reaches its approval with two
+    model calls (none lost its lease and ran again); approved, each email is sent once;
+    SIGTERM stops the worker warm, after the segments it holds."""
+    runs = 60
     stack = make_stack(
         AIRLOCK_DATABASE_URL=postgres_url,
         AIRLOCK_BROKER_URL=shared_redis,
-        AIRLOCK_WORKER_METRICS_PORT=str(port),
+        AIRLOCK_LEASE_SECONDS="2",
+        AIRLOCK_DB_POOL_SIZE="3",
+        AIRLOCK_TEST_MODEL_SECONDS="3",
+        PGAPPNAME="airlock-gevent-worker",
     )
-    argv = [
-        sys.executable, "-m", "workers", "worker", "-c", "2", "-n", "sup@%h", "-l", "info",
-        "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
-    worker = Process("sup", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "sup.log")
-    stack.processes.append(worker.start())
+    worker = stack.worker(airlock=True)
+    assert "200 (gevent)" in worker.output()  # Celery's banner: concurrency 200 (gevent)
+    ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
+    wait_for(
+        "every run's model call to start",
+        lambda: stack.starts()["model.start -"] >= runs,
+        timeout=60,
+    )
+    name = f"w1@{socket.gethostname()}"
+    replies = stack.celery.control.ping(destination=[name], timeout=2) or []
+    assert replies, "the worker did not answer a ping while its segments wait"
+    held = _worker_connections(postgres_url, "airlock-gevent-worker")
+    assert 0 < held <= 3 * 3, held  # three pools of at most AIRLOCK_DB_POOL_SIZE each
 
-    def nodes() -> list[str]:
-        replies = stack.celery.control.ping(timeout=1) or []
-        return sorted(n.split("@")[0] for reply in replies for n in reply if n.startswith("sup"))
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=120)
+    assert stack.starts()["model.start -"] == 2 * runs  # no segment ran twice
+    assert "lease renewal failed" not in worker.output()
+    assert _worker_connections(postgres_url, "airlock-gevent-worker") <= 3 * 3
 
-    wait_for("two nodes", lambda: nodes() == ["sup", "sup-2"], timeout=60)
-    first = _children(worker.pid)
-    assert len(first) == 2, first
-    up = time.monotonic()  # the children were started before this
+    for run_id in ids[:-1]:
+        approve(stack, run_id)
+    for run_id in ids[:-1]:
+        stack.wait_status(run_id, RunStatus.COMPLETED, timeout=120)
+        assert stack.executions()[send_key(run_id)] == 1
 
-    def w1() -> None:
-        run, _ = stack.service.start_run("w1", "mail")
-        stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL)
-        approve(stack, run.id)
-        stack.wait_status(run.id, RunStatus.COMPLETED)
-        assert stack.executions()[send_key(run.id)] == 1
-
-    w1()
-    time.sleep(max(0.0, 5.5 - (time.monotonic() - up)))  # past the children's start-up
-    killed = min(first)
-    os.kill(killed, signal.SIGKILL)
-    wait_for("a child in its place", lambda: len(_children(worker.pid) - {killed}) == 2)
-    wait_for("two nodes again", lambda: nodes() == ["sup", "sup-2"], timeout=60)
-    w1()
-    assert worker.alive
-
-    def scrape() -> dict[str, float] | None:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        counts = {
-            line.split('"')[1]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("airlock_segment_duration_seconds_count")
-        }
-        return counts if sum(counts.values()) == 4 else None
-
-    assert wait_for("the four segments' durations", scrape, timeout=10) == {
-        "suspended": 2.0,
-        "completed": 2.0,
-    }
-    children = _children(worker.pid)
+    # warm shutdown: the last run's segment, waiting on its model, ends before the worker
+    approve(stack, ids[-1])
+    calls = stack.starts()["model.start -"]
+    wait_for("the last model call", lambda: stack.starts()["model.start -"] > calls)
     assert worker.proc is not None
-    worker.proc.send_signal(signal.SIGTERM)  # the supervisor alone, as docker stop does
-    assert worker.proc.wait(30) == 0
-    assert all(not os.path.exists(f"/proc/{pid}") for pid in children)
-    assert "restarted" in worker.output() or "starting another" in worker.output()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(60) == 0
+    assert stack.run(ids[-1]).status is RunStatus.COMPLETED
+    assert stack.executions()[send_key(ids[-1])] == 1
 
 
-def test_a_supervised_worker_busy_with_a_segment_leaves_the_other_to_answer(
-    stack: Stack,
+def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str
 ) -> None:
-    """A solo worker answers remote control only between segments: while one of
-    ``airlock worker -c 2``'s runs a slow lookup, the other answers a ping to both
-    names at once (what the compose healthcheck asks), and the busy one answers once
-    its segment ends."""
-    stack.worker(supervised=True)
-    both = [f"w1@{socket.gethostname()}", f"w1-2@{socket.gethostname()}"]
-    wait_for("both up", lambda: len(stack.celery.control.ping(both, timeout=1) or []) == 2)
-    run, _ = stack.service.start_run("slow_read", "mail")  # a 4 s lookup
-    wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
-    replies = stack.celery.control.ping(destination=both, timeout=1) or []
-    assert len(replies) == 1, replies  # the idle one; the busy one is in its segment
-    stack.wait_status(run.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
-    wait_for("both to answer", lambda: len(stack.celery.control.ping(both, timeout=1) or []) == 2)
+    """SIGKILL to ``airlock worker`` while 40 approved runs wait on their models, some
+    after their emails were sent: a new worker and the sweeper finish every run; no
+    email is sent twice (an in-doubt one fails its run, as the ledger says)."""
+    runs = 40
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_LEASE_SECONDS="3",
+        AIRLOCK_SWEEP_INTERVAL="1",
+        AIRLOCK_TEST_MODEL_SECONDS="1",
+    )
+    worker = stack.worker(airlock=True)
+    stack.beat()
+    ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=120)
+    for run_id in ids:
+        approve(stack, run_id)
+    wait_for(
+        "some emails sent",
+        lambda: sum(stack.executions()[send_key(r)] for r in ids) >= runs // 4,
+        timeout=60,
+    )
+    worker.kill()
+    stack.worker(airlock=True)
+    finished = [
+        stack.wait_status(r, RunStatus.COMPLETED, RunStatus.FAILED, timeout=120) for r in ids
+    ]
+    for run in finished:
+        assert stack.executions()[send_key(run.id)] <= 1
+        if run.status is RunStatus.FAILED:
+            assert "started but its outcome was never recorded" in (run.error or "")
+        else:
+            assert stack.executions()[send_key(run.id)] == 1
+    assert sum(r.status is RunStatus.COMPLETED for r in finished) >= runs // 4
