@@ -493,7 +493,7 @@ def main() -> None:
     try:
         app()
     except ConfigurationError as exc:
-        errors.print(f"[red]airlock:[/red] {exc}", highlight=False)
+        errors.print(f"[red]airlock:[/red] {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from exc
 
 
