@@ -230,8 +230,13 @@ def _answers(url: str) -> bool:
 
 
 def _working_in(folder: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
+    """The processes whose current folder is ``folder`` or within it (none known where
+    there is no ``/proc``)."""
+    found: list[int] = []
+    processes = Path("/proc")
+    if not processes.is_dir():
+        return found
+    for proc in processes.iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
