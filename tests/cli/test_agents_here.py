@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ import pytest
 from persistence.db import make_engine
 from persistence.domain import RunStatus
 from persistence.store import RunStore
+from tests.docs.readme import working_in
 from tests.integration.harness import Process, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,18 +133,29 @@ def test_the_api_loads_agents_from_the_current_folder(here: Path, processes: lis
     assert created.status_code == 201, created.text
 
 
-def test_dev_loads_agents_from_the_current_folder(here: Path) -> None:
-    port = free_port()
-    log = here / "dev.log"
-    with log.open("wb") as out:
+@contextmanager
+def airlock_dev(folder: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``airlock dev`` in ``folder``; whatever is left of it afterwards (its worker and
+    beat run in sessions of their own) is killed."""
+    with (folder / "dev.log").open("wb") as out:
         dev = subprocess.Popen(
             [AIRLOCK, "dev", "--port", str(port)],
-            cwd=here, env=environment(here), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            cwd=folder, env=environment(folder), stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    base, auth = f"http://127.0.0.1:{port}", {"authorization": f"Bearer {TOKEN}"}
     try:
-        wait_for("airlock dev", lambda: _answers(base), timeout=60)
+        wait_for("airlock dev", lambda: _answers(f"http://127.0.0.1:{port}"), timeout=60)
+        yield dev
+    finally:
+        for pid in [dev.pid, *working_in(folder)]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        dev.wait(10)
+
+
+def test_dev_loads_agents_from_the_current_folder(here: Path) -> None:
+    port = free_port()
+    base, auth = f"http://127.0.0.1:{port}", {"authorization": f"Bearer {TOKEN}"}
+    with airlock_dev(here, port):
         body = {"agent": "notes", "input": "hi"}
         created = httpx.post(f"{base}/v1/runs", json=body, headers=auth)
         assert created.status_code == 201, created.text
@@ -152,13 +165,15 @@ def test_dev_loads_agents_from_the_current_folder(here: Path) -> None:
             return bool(view["status"] == "waiting_for_approval")
 
         wait_for("the run to wait, in dev's worker", waiting, timeout=60)
-    finally:
-        os.killpg(dev.pid, signal.SIGTERM)
-        try:
-            dev.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait(10)
+
+
+def test_dev_stopped_by_sigterm_stops_its_worker_and_beat(here: Path) -> None:
+    """``kill %1`` (what the README's tutorial says stops it) leaves nothing running."""
+    with airlock_dev(here, free_port()) as dev:
+        wait_for("dev's worker and beat", lambda: len(working_in(here)) >= 3, timeout=30)
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(60)
+        wait_for("nothing of dev to run", lambda: working_in(here) == [], timeout=30)
 
 
 def _answers(base: str) -> bool:

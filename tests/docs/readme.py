@@ -211,11 +211,11 @@ class Session:
     def stop(self) -> None:
         """Stops what the blocks left running: every process working in the folder
         (a server started in the background, its worker and beat)."""
-        left = _working_in(self.folder)
+        left = working_in(self.folder)
         for pid in left:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + 30
-        while (left := _working_in(self.folder)) and time.monotonic() < deadline:
+        while (left := working_in(self.folder)) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pid in left:
             _signal(pid, signal.SIGKILL)
@@ -229,7 +229,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _working_in(folder: Path) -> list[int]:
+def working_in(folder: Path) -> list[int]:
     """The processes whose current folder is ``folder`` or within it (none known where
     there is no ``/proc``)."""
     found: list[int] = []
