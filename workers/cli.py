@@ -10,6 +10,7 @@ import contextlib
 import getpass
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -154,6 +155,7 @@ def demo() -> NoReturn:
     enqueue → wait → signed approval → resume → done, with the event stream."""
     from workers.demo import run_demo  # noqa: PLC0415
 
+    _stop_on_sigterm()
     raise typer.Exit(run_demo(console))
 
 
@@ -164,7 +166,20 @@ def dev(
     """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock)."""
     from workers.demo import run_dev  # noqa: PLC0415
 
+    _stop_on_sigterm()
     raise typer.Exit(run_dev(console, port))
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``kill``) ends the command as Ctrl-C does: through its cleanups, which
+    stop the worker and beat it started (in sessions of their own). Python's default
+    ends the process at once, and so does uvicorn, which raises the signal again once
+    its server has stopped."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -493,7 +508,7 @@ def main() -> None:
     try:
         app()
     except ConfigurationError as exc:
-        errors.print(f"[red]airlock:[/red] {exc}", highlight=False)
+        errors.print(f"[red]airlock:[/red] {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from exc
 
 

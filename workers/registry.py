@@ -1,9 +1,18 @@
-"""The agents this deployment offers, loaded from ``AIRLOCK_AGENTS``."""
+"""The agents this deployment offers, loaded from ``AIRLOCK_AGENTS``.
+
+Whatever command loads them (``airlock api``, ``run``, ``approve``, ``worker``, ``dev``,
+``celery -A workers``…), their modules are looked for in the current folder first, then
+on the Python path, as ``python -m``, ``celery`` and ``uvicorn`` look for an app."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
+import traceback
 from collections.abc import Iterable
+from types import ModuleType
 
 from loop import Agent
 from persistence.db import ConfigurationError
@@ -44,12 +53,92 @@ class Registry:
 
 
 def _load(path: str) -> list[Agent]:
-    module_name, _, attribute = path.partition(":")
+    module_name, colon, attribute = (part.strip() for part in path.partition(":"))
+    if not (module_name and colon and attribute):
+        raise ConfigurationError(
+            f"AIRLOCK_AGENTS: {path!r} is not of the form module:NAME (e.g. myagents:AGENTS)"
+        )
+    module = _import(module_name, path)
     try:
-        value = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"AIRLOCK_AGENTS: cannot load {path!r}: {exc}") from exc
+        value = getattr(module, attribute)
+    except AttributeError:
+        known = ", ".join(_agents_in(module)) or "none"
+        raise ConfigurationError(
+            f"AIRLOCK_AGENTS: module {module_name!r} ({_file_of(module)}) has no {attribute!r} "
+            f"(the agents it has: {known})"
+        ) from None
     items = value if isinstance(value, list | tuple) else [value]
     if not all(isinstance(a, Agent) for a in items):
         raise ConfigurationError(f"AIRLOCK_AGENTS: {path!r} is not an Agent or a list of Agents")
     return list(items)
+
+
+def current_folder_first() -> None:
+    """The current folder first on ``sys.path`` (unless it is on it already), as
+    ``python -m``, ``celery`` and ``uvicorn`` have it."""
+    try:
+        here = os.getcwd()
+    except OSError:  # a folder removed under the process: nothing to find there
+        return
+    if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
+        sys.path.insert(0, here)
+
+
+def _import(module_name: str, path: str) -> ModuleType:
+    """``module_name``, or a ``ConfigurationError`` that says where it was looked for and
+    how to make it found, or where importing it failed."""
+    current_folder_first()
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise ConfigurationError(_not_found(module_name, path)) from exc
+        raise ConfigurationError(_failed(module_name, exc)) from exc
+    except Exception as exc:  # the module's own code failed: say where
+        raise ConfigurationError(_failed(module_name, exc)) from exc
+
+
+def _not_found(module_name: str, path: str) -> str:
+    file = module_name.replace(".", os.sep) + ".py"
+    return (
+        f"AIRLOCK_AGENTS: cannot load {path!r}: no module {module_name!r} ({file}) in "
+        f"{', '.join(_searched(module_name))}. Run the command from the folder that holds "
+        f"{file}, or add that folder to PYTHONPATH (PYTHONPATH=/path/to/folder); "
+        "AIRLOCK_AGENTS is module:NAME, comma-separated (e.g. myagents:AGENTS)"
+    )
+
+
+def _searched(module_name: str) -> list[str]:
+    """The folders ``module_name`` was looked for in: its package's, or the path's."""
+    parent = module_name.rpartition(".")[0]
+    if parent:
+        try:
+            spec = importlib.util.find_spec(parent)
+        except ImportError:
+            spec = None
+        if spec is not None and spec.submodule_search_locations is not None:
+            return list(spec.submodule_search_locations)
+    folders = (os.path.abspath(entry or os.curdir) for entry in sys.path)
+    return [folder for folder in dict.fromkeys(folders) if os.path.isdir(folder)]
+
+
+def _failed(module_name: str, exc: BaseException) -> str:
+    """Importing the module failed in its own code (or in a module it imports)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f for f in reversed(frames) if not f.filename.startswith("<frozen")), None)
+    at = f" at {where.filename}:{where.lineno}" if where is not None else ""
+    return (
+        f"AIRLOCK_AGENTS: importing module {module_name!r} failed{at}: {type(exc).__name__}: {exc}"
+    )
+
+
+def _file_of(module: ModuleType) -> str:
+    return getattr(module, "__file__", None) or module.__name__
+
+
+def _agents_in(module: ModuleType) -> list[str]:
+    def holds_agents(value: object) -> bool:
+        items = value if isinstance(value, list | tuple) else [value]
+        return bool(items) and all(isinstance(a, Agent) for a in items)
+
+    return sorted(name for name, value in vars(module).items() if holds_agents(value))

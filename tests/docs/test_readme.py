@@ -1,0 +1,149 @@
+"""README.md runs as written (issue 27, defect 7): every fenced block is marked with how
+it is run, or why it is not (see ``tests/docs/readme.py``), and the blocks that run, run.
+A block added without a mark fails the first test, so the README stays true."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs.readme import (
+    ROOT,
+    Block,
+    File,
+    FreshCopy,
+    NotRun,
+    Runs,
+    base_environment,
+    blocks,
+    readme_blocks,
+)
+
+ISOLATE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc"]
+
+
+def test_every_block_is_marked() -> None:
+    problems = []
+    for block in readme_blocks():
+        try:
+            block.mark()
+        except ValueError as exc:
+            problems.append(str(exc))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_tutorial_and_the_quick_start_are_run() -> None:
+    marks = [block.mark() for block in readme_blocks()]
+    assert sum(isinstance(m, FreshCopy) for m in marks) == 1
+    assert File("myagents.py") in marks
+    assert any(isinstance(m, Runs) and m.ready for m in marks)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("```bash\nls\n```\n", "no mark before it"),
+        ("<!-- runs -->\n\n```bash\nls\n```\n", "no mark before it"),
+        ("<!-- run it -->\n```bash\nls\n```\n", "unknown mark"),
+        ("<!-- not run: -->\n```bash\nls\n```\n", "unknown mark"),
+        ("<!-- runs -->\n```text\nls\n```\n", "cannot be run"),
+        ("<!-- runs in a fresh copy of the repository -->\n```python\n1\n```\n", "cannot be run"),
+    ],
+)
+def test_a_block_without_a_mark_it_can_be_run_by_is_refused(text: str, problem: str) -> None:
+    (block,) = blocks(text)
+    with pytest.raises(ValueError, match=problem):
+        block.mark()
+
+
+def test_marks_say_how_each_block_is_run() -> None:
+    text = (
+        "<!-- file: a.py -->\n```python\nx = 1\n```\n"
+        "<!-- runs; ready when http://localhost:8000/healthz answers -->\n```bash\nx &\n```\n"
+        "<!-- not run: a diagram -->\n```\n+--+\n```\n"
+    )
+    assert [b.mark() for b in blocks(text)] == [
+        File("a.py"),
+        Runs(ready="http://localhost:8000/healthz"),
+        NotRun("a diagram"),
+    ]
+
+
+def _isolation() -> list[str] | None:
+    """The command that runs the session in network and process namespaces of its own
+    (so ``localhost:8000`` is the README's, and nothing it starts outlives it)."""
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run([*ISOLATE, "true"], capture_output=True, check=False)
+    return ISOLATE if probe.returncode == 0 else None
+
+
+def _port_8000_free() -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", 8000))
+        except OSError:
+            return False
+    return True
+
+
+def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    (folder / ".venv").symlink_to(Path(sys.prefix))  # the quick start's virtualenv
+    session = [sys.executable, "-m", "tests.docs.readme", str(folder)]
+    isolate = _isolation()
+    if isolate is not None:
+        session = [*isolate, *session, "--private-network"]
+    elif not _port_8000_free():
+        pytest.skip("no private network namespace (unshare), and localhost:8000 is taken")
+    done = subprocess.run(
+        session, cwd=ROOT, env=base_environment(), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-8000:] + done.stdout[-2000:]
+
+
+def _fresh_copy(target: Path) -> None:
+    """The repository's files as a clone would have them (with this working tree's
+    changes), none of what was built or installed here."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def _fresh_copy_blocks() -> list[Block]:
+    """The quick start (a block with no mark fails ``test_every_block_is_marked``)."""
+    found = []
+    for block in readme_blocks():
+        try:
+            if isinstance(block.mark(), FreshCopy):
+                found.append(block)
+        except ValueError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("block", _fresh_copy_blocks(), ids=lambda b: b.where)
+def test_the_quick_start_runs_in_a_fresh_copy(block: Block, tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: cannot tell the repository's files")
+    copy = tmp_path / "airlock"
+    copy.mkdir()
+    _fresh_copy(copy)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.text],
+        cwd=copy, env=base_environment(), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{block.where}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
