@@ -45,5 +45,5 @@ def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
     assert app.conf.broker_transport == embedded_broker.TRANSPORT
     with app.connection_for_write() as conn:
         assert isinstance(conn.transport, embedded_broker.Transport)
-    redis = make_app(Settings(broker_url="redis://127.0.0.1:6379/0")).conf.broker_transport
+    redis = make_app(Settings(broker_url="redis://redis:6379/0")).conf.broker_transport
     assert redis != embedded_broker.TRANSPORT
