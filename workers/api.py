@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
+from persistence import schema
 from persistence.domain import Run, RunStatus
 from workers import inbox
 from workers.api_metrics import Metrics
@@ -30,6 +31,7 @@ from workers.handlers import CreateRun, Handlers, caller_of, explain
 from workers.hot_routes import HotRoutes
 from workers.principals import Principal
 from workers.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
+from workers.schema_gate import SchemaGate, SchemaWatch
 from workers.service import Service
 from workers.settings import Settings
 from workers.views import EventPage, RunPage, RunView, event_view, run_view
@@ -59,11 +61,15 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
         )
     _errors(app, metrics)
     handlers = Handlers(service, auth, metrics)
+    watch = SchemaWatch(lambda: schema.check(service.store.engine))
     app.add_middleware(HotRoutes, handlers=handlers)
+    # inside the BodyGate: a caller is authenticated, and its body read within its limit,
+    # before it learns of the schema
+    app.add_middleware(SchemaGate, watch=watch)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, handlers)
     _approval_route(app, handlers)
-    _operations(app, service, metrics, check_broker)
+    _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config)
     _document_bearer(app)
     return app
@@ -235,7 +241,11 @@ def _approval_route(app: FastAPI, handlers: Handlers) -> None:
 
 
 def _operations(
-    app: FastAPI, service: Service, metrics: Metrics, check_broker: Callable[[], None]
+    app: FastAPI,
+    service: Service,
+    metrics: Metrics,
+    check_broker: Callable[[], None],
+    watch: SchemaWatch,
 ) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -249,6 +259,10 @@ def _operations(
             checks["database"] = "ok"
         except Exception as exc:
             checks["database"] = f"unreachable: {type(exc).__name__}"
+        status = watch.recheck()
+        checks["schema"] = (
+            "ok" if status.ready else f"{status.state}: {status.explain(named=False)}"
+        )
         try:
             check_broker()
             checks["broker"] = "ok"
