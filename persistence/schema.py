@@ -120,7 +120,7 @@ def check(engine: Engine) -> SchemaStatus:
             revisions = MigrationContext.configure(conn).get_current_heads()
             tables = _tables(conn) if not revisions else None
     except DBAPIError as exc:
-        return SchemaStatus(SchemaState.UNREACHABLE, shown, head, reason=_first_line(exc))
+        return SchemaStatus(SchemaState.UNREACHABLE, shown, head, reason=first_line(exc))
     if not revisions:
         made = "it has tables, but none made by its migrations" if tables else None
         return SchemaStatus(SchemaState.MISSING, shown, head, reason=made)
@@ -152,7 +152,8 @@ def _sqlite_file(url: str) -> Path | None:
     return None if database.startswith("file:") else Path(database)
 
 
-def _first_line(exc: DBAPIError) -> str:
+def first_line(exc: DBAPIError) -> str:
+    """The driver's message, its first line (psycopg adds lines of context)."""
     text = str(exc.orig).strip() or type(exc.orig).__name__
     return text.splitlines()[0].strip()
 

@@ -1,7 +1,8 @@
 """The ``airlock`` command: a thin shell over the service layer.
 
 Exit codes: 0 done · 1 refused (the run is not in a state that allows it) ·
-2 bad usage or configuration · 4 no such run.
+2 bad usage or configuration · 3 the database is not ready (no tables, a schema behind
+or ahead of this version's, or a database that cannot be reached) · 4 no such run.
 """
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ import contextlib
 import getpass
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from alembic.util import CommandError
 from pydantic import JsonValue
 from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from loop import DecisionError, StateError
-from persistence import migrations
+from persistence import migrations, schema
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError
@@ -57,10 +62,26 @@ PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
+NOT_READY = 3
+"""The exit code of a command whose database is not ready for it."""
+
+
 def service() -> Service:
+    """The service, once the database is known to be this version's: before that,
+    nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
+    ready_database()
     from workers.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
+
+
+@lru_cache(maxsize=1)
+def ready_database() -> None:
+    """Exit 3, saying in one line what is wrong and what fixes it, unless the
+    database's schema is this version's."""
+    status = schema.check_url(settings().database_url)
+    if not status.ready:
+        fail(status.problem, NOT_READY)
 
 
 def require_run(run_id: str) -> Run:
@@ -76,8 +97,15 @@ def require_run(run_id: str) -> Run:
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
-    migrations.upgrade(settings().database_url, revision)
-    typer.echo(f"database {settings().database_url} upgraded to {revision}")
+    url = settings().database_url
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        migrations.upgrade(url, revision)
+    except DBAPIError as exc:
+        fail(f"cannot use the database {shown}: {schema.first_line(exc)}", NOT_READY)
+    except CommandError as exc:  # a revision this version does not know
+        fail(f"cannot upgrade the database {shown}: {exc}", NOT_READY)
+    typer.echo(f"database {shown} upgraded to {revision}")
 
 
 @app.command(context_settings=PASSTHROUGH)
@@ -459,9 +487,10 @@ def purge(
 ) -> None:
     """Delete finished runs (and their events) whose last activity is older than the window."""
     window = parse_duration(older_than)
+    runs = service()
     with progress_bar() as progress:
         task = progress.add_task("purging", total=None)
-        removed = service().purge(window, progress=lambda n: progress.update(task, completed=n))
+        removed = runs.purge(window, progress=lambda n: progress.update(task, completed=n))
     console.print(f"removed {removed} finished runs idle for more than {older_than}")
 
 
@@ -495,6 +524,13 @@ def main() -> None:
     except ConfigurationError as exc:
         errors.print(f"[red]airlock:[/red] {exc}", highlight=False)
         raise SystemExit(2) from exc
+    except DBAPIError as exc:  # the database went, or its schema changed, under the command
+        if schema.is_schema_error(exc):
+            problem = "the database's schema is not this version's: run `airlock db upgrade`"
+        else:
+            problem = f"the database failed: {schema.first_line(exc)}"
+        errors.print(f"[red]airlock:[/red] {problem}", highlight=False, soft_wrap=True)
+        raise SystemExit(NOT_READY) from exc
 
 
 if __name__ == "__main__":
