@@ -188,11 +188,20 @@ def demo() -> NoReturn:
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
+    new_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--new-secrets",
+            help="Replace the API token and webhook secret kept in $AIRLOCK_HOME/dev.env.",
+        ),
+    ] = False,
 ) -> NoReturn:
-    """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock)."""
+    """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock).
+    The API token and webhook secret are kept in $AIRLOCK_HOME/dev.env across restarts
+    (AIRLOCK_API_TOKEN and AIRLOCK_WEBHOOK_SECRET set in the environment win)."""
     from workers.demo import run_dev  # noqa: PLC0415
 
-    raise typer.Exit(run_dev(console, port))
+    raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))
 
 
 # -- runs -----------------------------------------------------------------------------------
