@@ -119,7 +119,7 @@ def check(engine: Engine) -> SchemaStatus:
         with engine.connect() as conn:
             revisions = MigrationContext.configure(conn).get_current_heads()
             tables = _tables(conn) if not revisions else None
-    except DBAPIError as exc:
+    except SQLAlchemyError as exc:  # refused, no such database, no connection free in time…
         return SchemaStatus(SchemaState.UNREACHABLE, shown, head, reason=first_line(exc))
     if not revisions:
         made = "it has tables, but none made by its migrations" if tables else None
@@ -152,9 +152,11 @@ def _sqlite_file(url: str) -> Path | None:
     return None if database.startswith("file:") else Path(database)
 
 
-def first_line(exc: DBAPIError) -> str:
-    """The driver's message, its first line (psycopg adds lines of context)."""
-    text = str(exc.orig).strip() or type(exc.orig).__name__
+def first_line(exc: SQLAlchemyError) -> str:
+    """The driver's message (SQLAlchemy's, without one), its first line: psycopg adds
+    lines of context, SQLAlchemy the statement."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    text = str(cause).strip() or type(cause).__name__
     return text.splitlines()[0].strip()
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 from weakref import WeakKeyDictionary
 
@@ -21,7 +22,6 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
-from persistence import schema
 from persistence.domain import Run, RunStatus
 from workers import inbox
 from workers.api_metrics import Metrics
@@ -45,8 +45,16 @@ database error."""
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
     telemetry = _telemetry()
+    watch = SchemaWatch(service.schema_status)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(watch.status)  # a schema that is not ready is logged at start
+        yield
+
     app = FastAPI(
         **({} if telemetry is None else {"telemetry": telemetry}),  # type: ignore[arg-type]
+        lifespan=lifespan,
         default_response_class=SafeJSONResponse,
         title="Airlock",
         version="0.1.0",
@@ -61,7 +69,6 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
         )
     _errors(app, metrics)
     handlers = Handlers(service, auth, metrics)
-    watch = SchemaWatch(lambda: schema.check(service.store.engine))
     app.add_middleware(HotRoutes, handlers=handlers)
     # inside the BodyGate: a caller is authenticated, and its body read within its limit,
     # before it learns of the schema

@@ -5,6 +5,7 @@ the same app serves, without a restart."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,3 +141,14 @@ def test_an_unreachable_database_is_a_503_problem(tmp_path: Path) -> None:
     assert body["type"] == "/problems/database-unavailable"
     assert str(tmp_path) not in body["detail"]  # the clients are not told where it is
     assert api.client.get("/readyz").status_code == 503
+
+
+def test_the_api_says_at_start_that_its_schema_is_not_ready(
+    empty_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = make_api(empty_url)
+    with caplog.at_level(logging.WARNING, logger="airlock"), api.client:  # started and stopped
+        pass
+    api.service.store.engine.dispose()
+    said = [r.getMessage() for r in caplog.records if r.name == "airlock"]
+    assert any("no tables" in m and UPGRADE in m for m in said), said
