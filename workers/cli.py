@@ -20,7 +20,7 @@ from alembic.util import CommandError
 from pydantic import JsonValue
 from rich.table import Table
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from loop import DecisionError, StateError
 from persistence import migrations, schema
@@ -536,8 +536,10 @@ def main() -> None:
     except DBAPIError as exc:  # the database went, or its schema changed, under the command
         if schema.is_schema_error(exc):
             problem = "the database's schema is not this version's: run `airlock db upgrade`"
-        else:
+        elif isinstance(exc, OperationalError):
             problem = f"the database failed: {schema.first_line(exc)}"
+        else:
+            raise
         errors.print(f"[red]airlock:[/red] {problem}", highlight=False, soft_wrap=True)
         raise SystemExit(NOT_READY) from exc
 

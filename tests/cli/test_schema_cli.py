@@ -4,6 +4,8 @@ no ``.airlock/``)."""
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 import uuid
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -80,3 +82,31 @@ def test_an_outdated_database_names_its_revision_then_upgrade_fixes_it(tmp_path:
     listed = airlock("runs", "list", "--json", env=env, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert not (tmp_path / "home").exists()  # reading runs makes no broker folder
+
+
+def test_tables_gone_under_a_running_command_are_one_line_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked ready, then the tables went (dropped, restored) before the command read
+    them: a line and exit 3 still, not a traceback."""
+    from workers import cli, wiring
+    from workers.settings import settings
+
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    monkeypatch.setenv("AIRLOCK_DATABASE_URL", f"sqlite:///{empty}")
+    monkeypatch.setattr(cli, "ready_database", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["airlock", "runs", "list"])
+    settings.cache_clear()
+    wiring.service.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as exit:
+            cli.main()
+    finally:
+        if wiring.service.cache_info().currsize:
+            wiring.service().store.engine.dispose()
+        settings.cache_clear()
+        wiring.service.cache_clear()
+    assert exit.value.code == NOT_READY
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "airlock db upgrade" in lines[0], lines
