@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from persistence.db import make_engine
-from persistence.migrations import alembic_config
+from persistence.migrations import alembic_config, upgrade
 
 UPGRADE = "airlock db upgrade"
 """The command that brings a database to this code's schema."""
@@ -94,6 +94,19 @@ def head_revision(url: str) -> str:
     head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
     assert head is not None, "the migrations have no head"
     return head
+
+
+def upgrade_or_explain(url: str, revision: str = "head") -> str | None:
+    """Migrate the database to ``revision``; or one line that names it and says why it
+    could not be (None: done)."""
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        upgrade(url, revision)
+    except DBAPIError as exc:  # refused, no such database or folder…
+        return f"cannot use the database {shown}: {first_line(exc)}"
+    except CommandError as exc:  # a revision this version does not know
+        return f"cannot upgrade the database {shown}: {exc}"
+    return None
 
 
 def check_url(url: str) -> SchemaStatus:

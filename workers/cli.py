@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from alembic.util import CommandError
 from pydantic import JsonValue
 from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from loop import DecisionError, StateError
-from persistence import migrations, schema
+from persistence import schema
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError
@@ -98,13 +97,9 @@ def require_run(run_id: str) -> Run:
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
     url = settings().database_url
+    if (problem := schema.upgrade_or_explain(url, revision)) is not None:
+        fail(problem, NOT_READY)
     shown = make_url(url).render_as_string(hide_password=True)
-    try:
-        migrations.upgrade(url, revision)
-    except DBAPIError as exc:
-        fail(f"cannot use the database {shown}: {schema.first_line(exc)}", NOT_READY)
-    except CommandError as exc:  # a revision this version does not know
-        fail(f"cannot upgrade the database {shown}: {exc}", NOT_READY)
     typer.echo(f"database {shown} upgraded to {revision}")
 
 

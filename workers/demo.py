@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from standardwebhooks import Webhook
 
-from persistence import migrations
+from persistence import migrations, schema
 from workers.settings import settings
 from workers.views import event_summary
 
@@ -286,7 +286,9 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
     configure(kept.values)
     config = settings()
     config.home.mkdir(parents=True, exist_ok=True)
-    migrate()
+    if (problem := schema.upgrade_or_explain(config.database_url)) is not None:
+        console.print(f"[red]airlock dev:[/red] {problem}", highlight=False, soft_wrap=True)
+        return 3
     console.rule("[bold]airlock dev[/bold]")
     inbox = f"http://127.0.0.1:{port}/inbox"
     console.print(f"inbox      {inbox}  (sign in with the API token below and your name)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cli.test_cli import clean_env
+from persistence.migrations import upgrade
+from tests.cli.test_cli import airlock, clean_env
 from workers.demo import dev_secrets, free_port, poll
 
 TOKEN = "AIRLOCK_API_TOKEN"
@@ -97,3 +99,15 @@ def test_a_kept_file_readable_by_others_is_made_private(tmp_path: Path) -> None:
     os.chmod(first.file, 0o644)
     assert dev_secrets(tmp_path, {}).values == first.values
     assert stat.S_IMODE(first.file.stat().st_mode) == 0o600
+
+
+def test_dev_on_a_database_it_cannot_upgrade_says_so_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'airlock.db'}"
+    upgrade(url)
+    with sqlite3.connect(tmp_path / "airlock.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'f00dcafe0099'")
+    port = str(free_port())
+    result = airlock("dev", "--port", port, env=clean_env(), cwd=tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "cannot upgrade the database sqlite:///./airlock.db" in result.stdout
+    assert "f00dcafe0099" in result.stdout and "Traceback" not in result.stdout + result.stderr
