@@ -266,10 +266,12 @@ def _operations(
             checks["database"] = "ok"
         except Exception as exc:
             checks["database"] = f"unreachable: {type(exc).__name__}"
-        status = watch.recheck()
-        checks["schema"] = (
-            "ok" if status.ready else f"{status.state}: {status.explain(named=False)}"
-        )
+        if checks["database"] == "ok":
+            status = watch.recheck()
+            problem = status.explain(named=False)
+            checks["schema"] = "ok" if status.ready else f"{status.state}: {problem}"
+        else:  # not asked again: a connection would wait its timeout once more
+            checks["schema"] = "unknown: the database cannot be reached"
         try:
             check_broker()
             checks["broker"] = "ok"
