@@ -21,7 +21,18 @@ from tests.conftest import migrate
 PG = os.environ.get(
     "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REDIS = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/12"
+REDIS_SERVER = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+REDIS_DB = int(os.environ.get("AIRLOCK_BENCH_REDIS_DB", "12"))
+"""The benchmarks' own database number on the shared Redis, flushed by each benchmark
+(``bench.paired`` uses the two after it too)."""
+
+
+def redis_url(offset: int = 0) -> str:
+    """The URL of the benchmarks' db number (``AIRLOCK_BENCH_REDIS_DB``) + ``offset``."""
+    return f"{REDIS_SERVER}/{REDIS_DB + offset}"
+
+
+REDIS = redis_url()
 RESULTS = Path(__file__).parent / "results"
 
 

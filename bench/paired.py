@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from bench.approval_path import PARTS, one_approval
-from bench.common import CpuMeter, led_by, progress, record, temporary_database
+from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
 from bench.http import Client
 from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 from tests.integration.harness import (
@@ -44,9 +44,10 @@ from tests.integration.harness import (
 
 
 @contextmanager
-def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
-    """The API and a worker of the checkout at ``root``."""
-    broker = f"redis://127.0.0.1:6379/{redis_db}"
+def deployment(root: Path, side: int) -> Iterator[tuple[Stack, str]]:
+    """The API and a worker of the checkout at ``root``, on the Redis db number
+    ``side`` after the benchmarks' own."""
+    broker = redis_url(side)
     redis.Redis.from_url(broker).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-paired-"))
     with temporary_database() as url:
@@ -55,7 +56,7 @@ def deployment(root: Path, redis_db: int) -> Iterator[tuple[Stack, str]]:
         env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
         port = free_port()
         api = [sys.executable, "-m", "workers", "api", "--port", str(port)]
-        worker = airlock_worker(f"paired{redis_db}")
+        worker = airlock_worker(f"paired{side}")
         try:
             stack.processes.append(Process("api", api, env, tmp / "api.log", root).start())
             base = f"http://127.0.0.1:{port}"
@@ -84,8 +85,8 @@ def main() -> None:
     }  # fmt: skip
     samples: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
     with (
-        deployment(other, 13) as (other_stack, other_base),
-        deployment(ROOT, 14) as (this_stack, this_base),
+        deployment(other, 1) as (other_stack, other_base),
+        deployment(ROOT, 2) as (this_stack, this_base),
         Client() as other_client,
         Client() as this_client,
     ):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 from weakref import WeakKeyDictionary
 
@@ -30,6 +31,7 @@ from workers.handlers import CreateRun, Handlers, caller_of, explain
 from workers.hot_routes import HotRoutes
 from workers.principals import Principal
 from workers.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
+from workers.schema_gate import SchemaGate, SchemaWatch
 from workers.service import Service
 from workers.settings import Settings
 from workers.views import EventPage, RunPage, RunView, event_view, run_view
@@ -43,8 +45,16 @@ database error."""
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
     telemetry = _telemetry()
+    watch = SchemaWatch(service.schema_status)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(watch.status)  # a schema that is not ready is logged at start
+        yield
+
     app = FastAPI(
         **({} if telemetry is None else {"telemetry": telemetry}),  # type: ignore[arg-type]
+        lifespan=lifespan,
         default_response_class=SafeJSONResponse,
         title="Airlock",
         version="0.1.0",
@@ -60,10 +70,13 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     _errors(app, metrics)
     handlers = Handlers(service, auth, metrics)
     app.add_middleware(HotRoutes, handlers=handlers)
+    # inside the BodyGate: a caller is authenticated, and its body read within its limit,
+    # before it learns of the schema
+    app.add_middleware(SchemaGate, watch=watch)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, handlers)
     _approval_route(app, handlers)
-    _operations(app, service, metrics, check_broker)
+    _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config)
     _document_bearer(app)
     return app
@@ -235,7 +248,11 @@ def _approval_route(app: FastAPI, handlers: Handlers) -> None:
 
 
 def _operations(
-    app: FastAPI, service: Service, metrics: Metrics, check_broker: Callable[[], None]
+    app: FastAPI,
+    service: Service,
+    metrics: Metrics,
+    check_broker: Callable[[], None],
+    watch: SchemaWatch,
 ) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -249,6 +266,12 @@ def _operations(
             checks["database"] = "ok"
         except Exception as exc:
             checks["database"] = f"unreachable: {type(exc).__name__}"
+        if checks["database"] == "ok":
+            status = watch.recheck()
+            problem = status.explain(named=False)
+            checks["schema"] = "ok" if status.ready else f"{status.state}: {problem}"
+        else:  # not asked again: a connection would wait its timeout once more
+            checks["schema"] = "unknown: the database cannot be reached"
         try:
             check_broker()
             checks["broker"] = "ok"

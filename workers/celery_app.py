@@ -42,9 +42,8 @@ greenlet, not the process. ``-Q airlock.notifications`` runs a replica for it al
 
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
+        # the folders are made with a channel (workers.embedded_broker)
         folder = config.broker_folder.resolve()
-        for sub in ("queue", "processed", "control"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
         # Measured here: ~50 ms round trips at 0.05 s polling. A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
         return {

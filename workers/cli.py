@@ -1,7 +1,8 @@
 """The ``airlock`` command: a thin shell over the service layer.
 
 Exit codes: 0 done · 1 refused (the run is not in a state that allows it) ·
-2 bad usage or configuration · 4 no such run.
+2 bad usage or configuration · 3 the database is not ready (no tables, a schema behind
+or ahead of this version's, or a database that cannot be reached) · 4 no such run.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ import getpass
 import json
 import os
 import signal
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import JsonValue
 from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from loop import DecisionError, StateError
-from persistence import migrations
+from persistence import schema
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError
@@ -58,10 +62,26 @@ PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
+NOT_READY = 3
+"""The exit code of a command whose database is not ready for it."""
+
+
 def service() -> Service:
+    """The service, once the database is known to be this version's: before that,
+    nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
+    ready_database()
     from workers.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
+
+
+@lru_cache(maxsize=1)
+def ready_database() -> None:
+    """Exit 3, saying in one line what is wrong and what fixes it, unless the
+    database's schema is this version's."""
+    status = schema.check_url(settings().database_url)
+    if not status.ready:
+        fail(status.problem, NOT_READY)
 
 
 def require_run(run_id: str) -> Run:
@@ -77,8 +97,11 @@ def require_run(run_id: str) -> Run:
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
-    migrations.upgrade(settings().database_url, revision)
-    typer.echo(f"database {settings().database_url} upgraded to {revision}")
+    url = settings().database_url
+    if (problem := schema.upgrade_or_explain(url, revision)) is not None:
+        fail(problem, NOT_READY)
+    shown = make_url(url).render_as_string(hide_password=True)
+    typer.echo(f"database {shown} upgraded to {revision}")
 
 
 @app.command(context_settings=PASSTHROUGH)
@@ -162,12 +185,21 @@ def demo() -> NoReturn:
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
+    new_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--new-secrets",
+            help="Replace the API token and webhook secret kept in $AIRLOCK_HOME/dev.env.",
+        ),
+    ] = False,
 ) -> NoReturn:
-    """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock)."""
+    """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock).
+    The API token and webhook secret are kept in $AIRLOCK_HOME/dev.env across restarts
+    (AIRLOCK_API_TOKEN and AIRLOCK_WEBHOOK_SECRET set in the environment win)."""
     from workers.demo import run_dev  # noqa: PLC0415
 
     _stop_on_sigterm()
-    raise typer.Exit(run_dev(console, port))
+    raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))
 
 
 def _stop_on_sigterm() -> None:
@@ -474,9 +506,10 @@ def purge(
 ) -> None:
     """Delete finished runs (and their events) whose last activity is older than the window."""
     window = parse_duration(older_than)
+    runs = service()
     with progress_bar() as progress:
         task = progress.add_task("purging", total=None)
-        removed = service().purge(window, progress=lambda n: progress.update(task, completed=n))
+        removed = runs.purge(window, progress=lambda n: progress.update(task, completed=n))
     console.print(f"removed {removed} finished runs idle for more than {older_than}")
 
 
@@ -510,6 +543,15 @@ def main() -> None:
     except ConfigurationError as exc:
         errors.print(f"[red]airlock:[/red] {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from exc
+    except DBAPIError as exc:  # the database went, or its schema changed, under the command
+        if schema.is_schema_error(exc):
+            problem = "the database's schema is not this version's: run `airlock db upgrade`"
+        elif isinstance(exc, OperationalError):
+            problem = f"the database failed: {schema.first_line(exc)}"
+        else:
+            raise
+        errors.print(f"[red]airlock:[/red] {problem}", highlight=False, soft_wrap=True)
+        raise SystemExit(NOT_READY) from exc
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ errors = Console(stderr=True)
 
 
 def fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[red]airlock:[/red] {message}", highlight=False)
+    # one line, however narrow the terminal: scripts and people read it whole
+    errors.print(f"[red]airlock:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

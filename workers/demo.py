@@ -14,19 +14,21 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+from dotenv import dotenv_values
 from rich.console import Console
 from rich.table import Table
 from standardwebhooks import Webhook
 
-from persistence import migrations
+from persistence import migrations, schema
 from workers.settings import settings
 from workers.views import event_summary
 
@@ -226,23 +228,86 @@ def _story(console: Console, base: str, secret: str, auth: dict[str, str]) -> No
 # -- dev --------------------------------------------------------------------------------------
 
 
-def run_dev(console: Console, port: int) -> int:
-    env = {
-        "AIRLOCK_WEBHOOK_SECRET": os.environ.get("AIRLOCK_WEBHOOK_SECRET") or new_webhook_secret(),
-        "AIRLOCK_API_TOKEN": os.environ.get("AIRLOCK_API_TOKEN") or secrets.token_urlsafe(16),
-    }
-    configure(env)
+DEV_ENV = "dev.env"
+"""Where ``airlock dev`` keeps its token and secret, in ``AIRLOCK_HOME``."""
+DEV_SECRETS: dict[str, Callable[[], str]] = {
+    "AIRLOCK_API_TOKEN": lambda: secrets.token_urlsafe(16),
+    "AIRLOCK_WEBHOOK_SECRET": new_webhook_secret,
+}
+
+
+@dataclass(frozen=True)
+class DevSecrets:
+    values: dict[str, str]
+    """What the processes use: each variable's value."""
+    origins: dict[str, str]
+    """Where each value came from: ``environment``, ``kept`` (the file) or ``new``."""
+    file: Path
+
+
+def dev_secrets(home: Path, environ: Mapping[str, str], *, renew: bool = False) -> DevSecrets:
+    """The token and secret of ``airlock dev``: those kept in ``home``/dev.env (mode
+    0600), made and kept there when missing (or ``renew``ed), so that scripts and inbox
+    sign-ins outlive a restart. A variable set in ``environ`` wins (and is not kept)."""
+    file = home / DEV_ENV
+    kept: dict[str, str] = {}
+    if file.exists() and not renew:
+        file.chmod(0o600)
+        kept = {k: v for k, v in dotenv_values(file).items() if k in DEV_SECRETS and v}
+    minted = {name: make() for name, make in DEV_SECRETS.items() if name not in kept}
+    if minted:
+        _keep(file, kept | minted)
+    values: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for name in DEV_SECRETS:
+        if environ.get(name):
+            values[name], origins[name] = environ[name], "environment"
+        else:
+            values[name] = kept.get(name) or minted[name]
+            origins[name] = "kept" if name in kept else "new"
+    return DevSecrets(values, origins, file)
+
+
+def _keep(file: Path, values: Mapping[str, str]) -> None:
+    """Write ``values`` to ``file`` as a dotenv (a shell can source it too), readable by
+    its owner alone, replacing it whole."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    partial = file.with_name(f".{file.name}.{uuid.uuid4().hex}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("# airlock dev's token and secret; `airlock dev --new-secrets` replaces them\n")
+        out.writelines(f"{name}='{value}'\n" for name, value in values.items())
+    os.replace(partial, file)
+
+
+def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
+    home = settings().home
+    kept = dev_secrets(home, os.environ, renew=new_secrets)
+    configure(kept.values)
     config = settings()
     config.home.mkdir(parents=True, exist_ok=True)
-    migrate()
+    if (problem := schema.upgrade_or_explain(config.database_url)) is not None:
+        console.print(f"[red]airlock dev:[/red] {problem}", highlight=False, soft_wrap=True)
+        return 3
     console.rule("[bold]airlock dev[/bold]")
     inbox = f"http://127.0.0.1:{port}/inbox"
     console.print(f"inbox      {inbox}  (sign in with the API token below and your name)")
     console.print(f"database   {config.database_url}")
     console.print(f"broker     {config.broker_url} ({config.broker_folder})")
     console.print(f"API        http://127.0.0.1:{port}  (docs at /docs)")
-    console.print(f"AIRLOCK_API_TOKEN={env['AIRLOCK_API_TOKEN']}")
-    console.print(f"AIRLOCK_WEBHOOK_SECRET={env['AIRLOCK_WEBHOOK_SECRET']}")
+    for name, value in kept.values.items():
+        console.print(f"{name}={value}", highlight=False, soft_wrap=True)
+    origins = {
+        "environment": "from the environment",
+        "kept": f"kept in {kept.file}",
+        "new": f"new, kept in {kept.file}",
+    }
+    for name, origin in kept.origins.items():
+        console.print(f"           {name}: {origins[origin]}", highlight=False, soft_wrap=True)
+    console.print(
+        "           `airlock dev --new-secrets` replaces the kept ones (and ends what used them)",
+        highlight=False,
+    )
     console.print(f"logs       {config.home / 'worker.log'}, {config.home / 'beat.log'}")
     with (
         airlock_worker(config.home / "worker.log", "-c", "2"),

@@ -6,12 +6,17 @@ it empty, and its worker dies with ``JSONDecodeError`` (an "unrecoverable error"
 for Celery). Seen here under the sweeper's and a producer's writes. This channel
 writes to a hidden temporary name and renames it into place, which POSIX makes
 atomic: a consumer sees a whole message or none.
+
+The folders are made when a channel is: by a process that publishes or consumes, not
+by every process that loads the Celery app (a command that only reads runs leaves no
+``.airlock/`` behind).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from time import monotonic
 from typing import Any
 
@@ -19,8 +24,18 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
+FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
+"""The transport's options that name a folder it uses."""
+
 
 class Channel(filesystem.Channel):
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        options = connection.client.transport_options
+        for key in FOLDERS:
+            if key in options:
+                Path(options[key]).mkdir(parents=True, exist_ok=True)
+        super().__init__(connection, **kwargs)
+
     # kombu's stubs give the base class and this one different signatures
     def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"

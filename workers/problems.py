@@ -9,6 +9,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from loop import DecisionError, StateError
+from persistence.schema import SchemaState, SchemaStatus
 from persistence.store import BadCursorError, UnknownRunError
 from workers.principals import ForbiddenError
 from workers.registry import UnknownAgentError
@@ -31,6 +32,11 @@ APPROVAL_EXPIRED = "/problems/approval-expired"
 IDEMPOTENCY_MISMATCH = "/problems/idempotency-mismatch"
 """The problem type of a create that reuses its caller's idempotency key for another
 request."""
+SCHEMA_NOT_READY = "/problems/schema-not-ready"
+"""The problem type of a request to an API whose database has no tables, or a schema
+behind (or ahead of) this version's: ``airlock db upgrade`` fixes it."""
+DATABASE_UNAVAILABLE = "/problems/database-unavailable"
+"""The problem type of a request to an API that cannot reach its database."""
 
 PROBLEMS: dict[type[Exception], tuple[int, str]] = {
     UnknownRunError: (404, "Not found"),
@@ -83,3 +89,13 @@ def problem_response(
         status_code=status,
         media_type="application/problem+json",
     )
+
+
+def schema_problem(status: SchemaStatus) -> JSONResponse:
+    """503: the database is not ready for this version (``status``), said without its
+    URL."""
+    if status.state is SchemaState.UNREACHABLE:
+        title, type = "Database unavailable", DATABASE_UNAVAILABLE
+    else:
+        title, type = "Database schema not ready", SCHEMA_NOT_READY
+    return problem_response(503, title, status.explain(named=False), type=type)

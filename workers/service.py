@@ -17,6 +17,7 @@ from loop import (
     check_decisions,
 )
 from loop.canonical import sha256_hex
+from persistence import schema
 from persistence.domain import (
     ACTIVE,
     ApprovalRecord,
@@ -27,6 +28,7 @@ from persistence.domain import (
     RunEvent,
     RunStatus,
 )
+from persistence.schema import SchemaStatus
 from persistence.store import (
     Clock,
     Event,
@@ -654,6 +656,10 @@ class Service:
         """Raises unless the database answers."""
         with self.store.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    def schema_status(self) -> SchemaStatus:
+        """Whether the database's schema is this version's (``persistence.schema``)."""
+        return schema.check(self.store.engine)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its database connections between statements: a

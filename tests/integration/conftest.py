@@ -13,6 +13,8 @@ from tests.integration.harness import Stack
 REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 # the integration tests' own database number on the shared Redis (another for a parallel run)
 REDIS_DB = int(os.environ.get("AIRLOCK_TEST_REDIS_DB", "11"))
+SHARED_REDIS = f"{REDIS_URL}/{REDIS_DB}"
+"""The tests' db on the shared Redis, flushed by each test that uses it."""
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +35,7 @@ def base_config(tmp: Path, **overrides: str) -> dict[str, str]:
 
 @pytest.fixture
 def shared_redis() -> str:
-    url = f"{REDIS_URL}/{REDIS_DB}"
+    url = SHARED_REDIS
     try:
         client = redis.Redis.from_url(url)
         client.flushdb()

@@ -17,6 +17,7 @@ import pytest
 import redis
 from celery import Celery
 
+from tests.integration.conftest import SHARED_REDIS
 from workers import redis_broker
 from workers.celery_app import QUEUE, RUN_SEGMENT, make_app
 from workers.publisher import Publisher
@@ -149,8 +150,9 @@ def test_a_channel_keeps_one_redis_client_per_pool(celery: Celery, shared_redis:
 @pytest.mark.parametrize(
     ("url", "transport"),
     [
-        ("redis://127.0.0.1:6379/0", redis_broker.TRANSPORT),
-        ("rediss://127.0.0.1:6379/0", None),  # kombu's own, with its checks of TLS options
+        (SHARED_REDIS, redis_broker.TRANSPORT),
+        # kombu's own, with its checks of TLS options
+        (SHARED_REDIS.replace("redis://", "rediss://", 1), None),
     ],
 )
 def test_only_plain_redis_urls_get_the_kept_client(
@@ -161,7 +163,7 @@ def test_only_plain_redis_urls_get_the_kept_client(
 
 
 def test_redis_keeps_no_unacked_index_unless_a_visibility_timeout_is_set(tmp_path: Path) -> None:
-    url = "redis://127.0.0.1:6379/0"
+    url = SHARED_REDIS
     default = make_app(Settings(broker_url=url, home=tmp_path))
     assert default.conf.broker_transport_options == {"ack_emulation": False}
     timed = make_app(Settings(broker_url=url, home=tmp_path, visibility_timeout=600))

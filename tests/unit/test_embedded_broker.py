@@ -45,5 +45,20 @@ def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
     assert app.conf.broker_transport == embedded_broker.TRANSPORT
     with app.connection_for_write() as conn:
         assert isinstance(conn.transport, embedded_broker.Transport)
-    redis = make_app(Settings(broker_url="redis://127.0.0.1:6379/0")).conf.broker_transport
+    redis = make_app(Settings(broker_url="redis://redis:6379/0")).conf.broker_transport
     assert redis != embedded_broker.TRANSPORT
+
+
+def test_its_folders_are_made_by_a_channel_not_by_loading_the_app(tmp_path: Path) -> None:
+    from workers.celery_app import make_app
+
+    home = tmp_path / "home"
+    app = make_app(Settings(broker_url="filesystem://", home=home))
+    assert not home.exists()
+    with app.connection_for_write() as conn:
+        conn.default_channel  # noqa: B018 - made on first use
+        assert sorted(p.name for p in (home / "broker").iterdir()) == [
+            "control",
+            "processed",
+            "queue",
+        ]
