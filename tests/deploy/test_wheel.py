@@ -142,6 +142,7 @@ def test_the_installed_wheel_runs_from_an_empty_folder(  # noqa: PLR0917 - fixtu
         AIRLOCK_NOTIFY_SECRET=NOTIFY_SECRET,
         AIRLOCK_API_PORT=str(port),
         AIRLOCK_SWEEP_INTERVAL="1",
+        AIRLOCK_SOFT_SHUTDOWN_TIMEOUT="0",
         # remove once the CWD rule (issue 27 defect 6) lands
         PYTHONPATH=str(folder),
     )
