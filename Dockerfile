@@ -16,7 +16,8 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    AIRLOCK_HOME=/var/lib/airlock
+    AIRLOCK_HOME=/var/lib/airlock \
+    PYTHONPATH=/opt/airlock-agents
 COPY --from=build /wheels /wheels
 RUN pip install /wheels/*.whl && rm -rf /wheels \
     && useradd --create-home --home-dir /home/airlock --shell /usr/sbin/nologin airlock \
