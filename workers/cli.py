@@ -37,7 +37,7 @@ from workers.cli_output import (
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.principals import ForbiddenError, Principal
 from workers.registry import UnknownAgentError
-from workers.service import ConflictError, Service
+from workers.service import ConflictError, Service, SweeperState
 from workers.settings import settings
 from workers.views import event_view, run_view, sweeper_view
 
@@ -181,13 +181,13 @@ def _worker_health(timeout: float) -> tuple[bool, str]:
 def _beat_health(timeout: float) -> tuple[bool, str]:
     del timeout
     sweeper = service().sweeper()
-    if sweeper.state == "ok":
+    if sweeper.state is SweeperState.OK:
         return True, f"the sweeper ran {sweeper.age_seconds:.0f} s ago"
     schedule = settings().beat_schedule
     saved = [p.stat().st_mtime for p in schedule.parent.glob(schedule.name + "*")]
     age = time.time() - max(saved) if saved else None
     if age is not None and age <= sweeper.stale_after.total_seconds():
-        return True, f"beat saved its schedule {age:.0f} s ago; the sweeper {sweeper.state}"
+        return True, f"beat saved its schedule {age:.0f} s ago (the sweeper: {sweeper.state})"
     ran = "never ran" if sweeper.age_seconds is None else f"ran {sweeper.age_seconds:.0f} s ago"
     return False, f"the sweeper {ran} and beat saved no schedule lately"
 

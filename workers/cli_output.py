@@ -81,5 +81,5 @@ def print_stats(figures: Stats) -> None:
     else:
         console.print(
             f"sweeper: last ran {round(sweeper.age_seconds or 0.0, 1)} s ago "
-            f"({sweeper.state}; stale after {sweeper.stale_after.total_seconds():g} s)"
+            f"({sweeper.state.value}; stale after {sweeper.stale_after.total_seconds():g} s)"
         )

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Literal, Protocol
 
 from pydantic import JsonValue
@@ -132,6 +133,14 @@ SWEEPER = "sweep"
 """The beat job whose last run tells whether a beat is alive."""
 
 
+class SweeperState(StrEnum):
+    NEVER = "never"
+    """No sweep is recorded in this database yet (no beat ran against it)."""
+    OK = "ok"
+    STALE = "stale"
+    """None for ``stale_after``: beat, the broker or every worker is down."""
+
+
 @dataclass(frozen=True)
 class SweeperHealth:
     """When the sweeper last ran, and whether that is too long ago: ``never`` (no beat
@@ -146,10 +155,10 @@ class SweeperHealth:
         return None if self.last_run is None else (self.at - self.last_run).total_seconds()
 
     @property
-    def state(self) -> str:
+    def state(self) -> SweeperState:
         if self.last_run is None:
-            return "never"
-        return "stale" if self.at - self.last_run > self.stale_after else "ok"
+            return SweeperState.NEVER
+        return SweeperState.STALE if self.at - self.last_run > self.stale_after else SweeperState.OK
 
 
 def stale_after(sweep_interval: timedelta) -> timedelta:

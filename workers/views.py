@@ -252,7 +252,7 @@ def sweeper_view(health: SweeperHealth) -> dict[str, JsonValue]:
     """Beat's sweeper, for ``/readyz`` and ``airlock stats --json``."""
     age = health.age_seconds
     return {
-        "state": health.state,
+        "state": health.state.value,
         "last_run_at": iso(health.last_run),
         "age_seconds": None if age is None else round(age, 1),
         "stale_after_seconds": health.stale_after.total_seconds(),
