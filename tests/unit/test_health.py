@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,3 +51,11 @@ def test_an_api_that_does_not_answer_is_unhealthy_in_one_line() -> None:
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert unknown.returncode == 2 and "worker, beat or api" in unknown.stderr
+
+
+def test_celery_beat_makes_the_folder_of_its_schedule(tmp_path: Path) -> None:
+    """`celery -A workers beat` too (issue 27, defect 1): the folder of the schedule
+    file is made as beat starts, before it opens the file."""
+    schedule = tmp_path / "not" / "yet" / "celerybeat-schedule"
+    celery_app._schedule_folder(sender=SimpleNamespace(schedule_filename=str(schedule)))
+    assert schedule.parent.is_dir() and not schedule.exists()
