@@ -299,3 +299,12 @@ class SignInFailureRow(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     failures: Mapped[int] = mapped_column(Integer)
     window_ends: Mapped[datetime] = mapped_column(index=True)
+
+
+class BeatJobRow(Base):
+    """When each of beat's jobs last ran (the sweeper's makes its health visible)."""
+
+    __tablename__ = "beat_jobs"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    last_run_at: Mapped[datetime]

@@ -34,7 +34,7 @@ from workers.problems import REFUSALS, SafeJSONResponse, problem_response, refus
 from workers.schema_gate import SchemaGate, SchemaWatch
 from workers.service import Service
 from workers.settings import Settings
-from workers.views import EventPage, RunPage, RunView, event_view, run_view
+from workers.views import EventPage, RunPage, RunView, event_view, run_view, sweeper_view
 
 log = logging.getLogger("airlock")
 
@@ -278,11 +278,22 @@ def _operations(
         except Exception as exc:
             checks["broker"] = f"unreachable: {type(exc).__name__}"
         ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"status": "ok" if ok else "unavailable", **checks}, 200 if ok else 503)
+        body: dict[str, JsonValue] = {"status": "ok" if ok else "unavailable", **checks}
+        # seen, never a reason to refuse: this API serves without a beat (a fresh
+        # deployment starts it later); `airlock health beat` is the beat's own check
+        body["sweeper"] = _sweeper(service)
+        return JSONResponse(body, 200 if ok else 503)
 
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _sweeper(service: Service) -> JsonValue:
+    try:
+        return sweeper_view(service.sweeper())
+    except Exception as exc:
+        return {"state": f"unknown: {type(exc).__name__}"}
 
 
 def default_app() -> FastAPI:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_init, worker_process_init
+from celery.signals import beat_init, worker_init, worker_process_init
 from kombu import Queue
 
 from workers import embedded_broker, metrics, queues, redis_broker
@@ -91,7 +93,10 @@ def make_app(config: Settings) -> Celery:
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
-        beat_schedule_filename=str(config.home / "celerybeat-schedule"),
+        beat_schedule_filename=str(config.beat_schedule),
+        # the schedule is saved after every job sent, not every 3 minutes: its age says
+        # whether the beat is alive (`airlock health beat`, when no sweep is recorded)
+        beat_sync_every=1,
         beat_schedule={
             "sweep": {"task": SWEEP, "schedule": config.sweep_interval},
             "expire-approvals": {"task": EXPIRE, "schedule": config.sweep_interval},
@@ -144,6 +149,23 @@ def _serve_metrics(**_: object) -> None:
             "serving metrics",
             extra={"action": "metrics.serving", "port": config.worker_metrics_port},
         )
+
+
+@beat_init.connect
+def _schedule_folder(sender: Any = None, **_: object) -> None:
+    # `celery -A workers beat` too: beat opens its schedule file in a folder it does not
+    # make (`airlock beat` makes it before, or refuses in one line)
+    filename = getattr(sender, "schedule_filename", None)
+    if filename:
+        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+
+
+def nodes_of_this_host(timeout: float) -> list[str]:
+    """The worker nodes on this host (``name@hostname``, whatever their names) that
+    answer a ping over the broker within ``timeout`` seconds."""
+    host = socket.gethostname()
+    replies = app.control.ping(timeout=timeout) or []
+    return sorted(node for reply in replies for node in reply if node.partition("@")[2] == host)
 
 
 THREADS_POOL = "celery.concurrency.thread"

@@ -12,6 +12,8 @@ import getpass
 import json
 import os
 import signal
+import socket
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -40,9 +42,9 @@ from workers.cli_output import (
 from workers.decisions import CallDecisionBody, DecisionBody
 from workers.principals import ForbiddenError, Principal
 from workers.registry import UnknownAgentError
-from workers.service import ConflictError, Service
+from workers.service import ConflictError, Service, SweeperState
 from workers.settings import settings
-from workers.views import event_view, run_view
+from workers.views import event_view, run_view, sweeper_view
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,17 +147,91 @@ def _patched(pool: str | None) -> bool:
 
 @app.command(context_settings=PASSTHROUGH)
 def beat(ctx: typer.Context) -> None:
-    """Run Celery beat: the sweeper, approval expiry and retention purge."""
+    """Run Celery beat: the sweeper, approval expiry and retention purge. Its schedule
+    file is AIRLOCK_HOME/celerybeat-schedule unless -s names another; its folder is
+    created."""
+    from workers.launch import option  # noqa: PLC0415
+
+    given = option(ctx.args, "-s", "--schedule")
+    folder = (Path(given) if given else settings().beat_schedule).absolute().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK)
+    except OSError as exc:
+        one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
+    if not writable:
+        one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
     from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
     from workers.celery_app import app as celery  # noqa: PLC0415
 
     celery.start(["beat", *ctx.args])
 
 
+def one_line(message: str, code: int) -> NoReturn:
+    """``message`` on one line of stderr, however long (for logs and healthchecks)."""
+    typer.echo(f"airlock: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def health(
+    role: Annotated[str, typer.Argument(help="worker, beat or api.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 5.0,
+) -> None:
+    """Whether this host's ROLE is healthy, for container healthchecks: exit 0 or 1 with
+    one line. worker: a node on this host answers a ping over the broker. beat: the
+    sweeper ran recently (or beat saved its schedule recently). api: GET /readyz on
+    127.0.0.1:AIRLOCK_API_PORT answers 200."""
+    checks = {"worker": _worker_health, "beat": _beat_health, "api": _api_health}
+    if role not in checks:
+        one_line(f"health: no role {role!r} (worker, beat or api)", 2)
+    try:
+        healthy, line = checks[role](timeout)
+    except Exception as exc:
+        healthy, line = False, f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    typer.echo(f"{role}: {line}")
+    raise typer.Exit(0 if healthy else 1)
+
+
+def _worker_health(timeout: float) -> tuple[bool, str]:
+    from workers.celery_app import nodes_of_this_host  # noqa: PLC0415
+
+    nodes = nodes_of_this_host(timeout)
+    if not nodes:
+        return False, f"no worker on {socket.gethostname()} answered a ping in {timeout:g} s"
+    return True, f"{', '.join(nodes)} answered"
+
+
+def _beat_health(timeout: float) -> tuple[bool, str]:
+    del timeout
+    sweeper = service().sweeper()
+    if sweeper.state is SweeperState.OK:
+        return True, f"the sweeper ran {sweeper.age_seconds:.0f} s ago"
+    schedule = settings().beat_schedule
+    saved = [p.stat().st_mtime for p in schedule.parent.glob(schedule.name + "*")]
+    age = time.time() - max(saved) if saved else None
+    if age is not None and age <= sweeper.stale_after.total_seconds():
+        return True, f"beat saved its schedule {age:.0f} s ago (the sweeper: {sweeper.state})"
+    ran = "never ran" if sweeper.age_seconds is None else f"ran {sweeper.age_seconds:.0f} s ago"
+    return False, f"the sweeper {ran} and beat saved no schedule lately"
+
+
+def _api_health(timeout: float) -> tuple[bool, str]:
+    import httpx  # noqa: PLC0415
+
+    url = f"http://127.0.0.1:{settings().api_port}/readyz"
+    answer = httpx.get(url, timeout=timeout)
+    if answer.status_code != 200:
+        return False, f"{url} answered {answer.status_code}: {answer.text[:200]}"
+    return True, f"{url} answered 200"
+
+
 @app.command()
 def api(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on [default: AIRLOCK_API_PORT, 8000].")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     access_log: Annotated[
         bool,
@@ -168,7 +244,7 @@ def api(
     """Serve the HTTP API (workers.api:app) with uvicorn."""
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
-    settings()
+    port = settings().api_port if port is None else port
     uvicorn.run("workers.api:app", host=host, port=port, workers=workers, access_log=access_log)
 
 
@@ -515,7 +591,8 @@ def purge(
 
 @app.command()
 def stats(as_json: JsonOption = False) -> None:
-    """Runs by status, the oldest waiting approval, expired leases, recent throughput."""
+    """Runs by status, the oldest waiting approval, expired leases, recent throughput,
+    and when beat's sweeper last ran."""
     figures = service().stats()
     age = figures.oldest_waiting_seconds
     data: dict[str, JsonValue] = {
@@ -530,6 +607,7 @@ def stats(as_json: JsonOption = False) -> None:
             "due": figures.notifications_due,
             "given_up": figures.notifications_given_up,
         },
+        "sweeper": sweeper_view(figures.sweeper),
     }
     if as_json:
         emit(data)

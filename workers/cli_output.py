@@ -76,3 +76,11 @@ def print_stats(figures: Stats) -> None:
         console.print(f"finished {minutes}m: {finished or 'none'}")
     due, given_up = figures.notifications_due, figures.notifications_given_up
     console.print(f"notifications: {due} due, {given_up} given up")
+    sweeper = figures.sweeper
+    if sweeper.last_run is None:
+        console.print("sweeper: never ran (is `airlock beat` running?)")
+    else:
+        console.print(
+            f"sweeper: last ran {round(sweeper.age_seconds or 0.0, 1)} s ago "
+            f"({sweeper.state.value}; stale after {sweeper.stale_after.total_seconds():g} s)"
+        )

@@ -48,6 +48,8 @@ class Limits:
     retry_max_delay: float = 300.0
     events_delay: float = 0.1
     """The longest a segment's events wait in memory while it computes."""
+    sweep_interval: timedelta = timedelta(seconds=15)
+    """How often beat runs the sweeper (``AIRLOCK_SWEEP_INTERVAL``)."""
 
 
 class Outcome(StrEnum):

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Literal, Protocol
 
 from pydantic import JsonValue
@@ -130,6 +131,44 @@ class SweepReport:
     reclaimed: Reclaimed
 
 
+SWEEPER = "sweep"
+"""The beat job whose last run tells whether a beat is alive."""
+
+
+class SweeperState(StrEnum):
+    NEVER = "never"
+    """No sweep is recorded in this database yet (no beat ran against it)."""
+    OK = "ok"
+    STALE = "stale"
+    """None for ``stale_after``: beat, the broker or every worker is down."""
+
+
+@dataclass(frozen=True)
+class SweeperHealth:
+    """When the sweeper last ran, and whether that is too long ago: ``never`` (no beat
+    has run against this database yet), ``stale`` (none for ``stale_after``) or ``ok``."""
+
+    last_run: datetime | None
+    at: datetime
+    stale_after: timedelta
+
+    @property
+    def age_seconds(self) -> float | None:
+        return None if self.last_run is None else (self.at - self.last_run).total_seconds()
+
+    @property
+    def state(self) -> SweeperState:
+        if self.last_run is None:
+            return SweeperState.NEVER
+        return SweeperState.STALE if self.at - self.last_run > self.stale_after else SweeperState.OK
+
+
+def stale_after(sweep_interval: timedelta) -> timedelta:
+    """A sweeper silent this long is stale: a few missed runs, and never under a minute
+    (a beat restarting, or a slow sweep, is not yet a dead beat)."""
+    return max(4 * sweep_interval, timedelta(minutes=1))
+
+
 @dataclass(frozen=True)
 class Stats:
     runs: dict[RunStatus, int]
@@ -141,6 +180,7 @@ class Stats:
     notifications_due: int
     notifications_given_up: int
     at: datetime
+    sweeper: SweeperHealth
 
     @property
     def oldest_waiting_seconds(self) -> float | None:
@@ -575,7 +615,8 @@ class Service:
         return tuple(expired)
 
     def sweep(self) -> SweepReport:
-        """Recover what a broker dropped or a dead worker left behind."""
+        """Recover what a broker dropped or a dead worker left behind, and record that
+        the sweeper ran (``sweeper``)."""
         reclaimed = self.store.transitions.reclaim_expired_leases(
             self.limits.max_attempts, notify=self.notify is not None
         )
@@ -595,6 +636,7 @@ class Service:
                     "stale": len(stale),
                 },
             )
+        self.store.beat.ran(SWEEPER)
         return SweepReport(tuple(stale), reclaimed)
 
     def purge(self, older_than: timedelta, *, progress: Callable[[int], None] | None = None) -> int:
@@ -650,6 +692,15 @@ class Service:
             notifications_due=outbox.due,
             notifications_given_up=outbox.given_up,
             at=now,
+            sweeper=self.sweeper(),
+        )
+
+    def sweeper(self) -> SweeperHealth:
+        """When beat's sweeper last ran, and whether that is too long ago."""
+        return SweeperHealth(
+            self.store.beat.last_run(SWEEPER),
+            self.clock(),
+            stale_after(self.limits.sweep_interval),
         )
 
     def ping(self) -> None:

@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     # PostgreSQL: transactions, single statements, leases); a statement borrows one and
     # gives it back, so this bounds a worker's connections, not its concurrency
     db_pool_size: int = Field(default=8, ge=1, le=100)
+    # the port `airlock api` listens on by default, and `airlock health api` asks
+    api_port: int = Field(default=8000, ge=1, le=65535)
     # a worker serves its Prometheus metrics (segment durations) on this port
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
@@ -183,6 +185,11 @@ class Settings(BaseSettings):
     @property
     def broker_folder(self) -> Path:
         return self.home / "broker"
+
+    @property
+    def beat_schedule(self) -> Path:
+        """Where beat keeps its schedule by default."""
+        return self.home / "celerybeat-schedule"
 
 
 KNOWN_DEFAULTS = frozenset(

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
 from persistence.domain import Run, RunEvent
 from workers.decisions import to_loop_decisions
-from workers.service import Service
+from workers.service import Service, SweeperHealth
 
 
 class UsageView(BaseModel):
@@ -246,3 +246,14 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
             return "waiting on " + ", ".join(str(c.get("name")) for c in payload.get("calls", []))
         case _:
             return json.dumps(payload)[:70]
+
+
+def sweeper_view(health: SweeperHealth) -> dict[str, JsonValue]:
+    """Beat's sweeper, for ``/readyz`` and ``airlock stats --json``."""
+    age = health.age_seconds
+    return {
+        "state": health.state.value,
+        "last_run_at": iso(health.last_run),
+        "age_seconds": None if age is None else round(age, 1),
+        "stale_after_seconds": health.stale_after.total_seconds(),
+    }

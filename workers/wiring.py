@@ -24,6 +24,7 @@ def limits_of(config: Settings) -> Limits:
         max_attempts=config.max_attempts,
         retry_base_delay=config.retry_base_delay,
         retry_max_delay=config.retry_max_delay,
+        sweep_interval=timedelta(seconds=config.sweep_interval),
     )
 
 

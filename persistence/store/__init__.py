@@ -9,7 +9,8 @@
 - ``retention``: purge (``Retention``);
 - ``outbox``: outbound notifications (``OutboxStore``);
 - ``sessions``: the inbox's sign-ins (``SessionStore``);
-- ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``).
+- ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``);
+- ``beat``: when each of beat's jobs last ran (``BeatJobs``).
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
@@ -21,6 +22,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from persistence.crypto import StateCipher
+from persistence.store.beat import BeatJobs
 from persistence.store.common import (
     BadCursorError,
     Clock,
@@ -79,6 +81,7 @@ class RunStore:
         self.outbox = OutboxStore(ctx)
         self.sessions = SessionStore(ctx)
         self.throttle = SignInThrottle(ctx)
+        self.beat = BeatJobs(ctx)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

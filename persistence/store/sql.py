@@ -33,6 +33,7 @@ from persistence.domain import CallRecord, CallStatus, RunStatus
 from persistence.models import (
     AgentRun,
     ApprovalRow,
+    BeatJobRow,
     DecisionRow,
     InboxSessionRow,
     OutboxRow,
@@ -52,6 +53,7 @@ APPROVALS = cast(Table, ApprovalRow.__table__)
 RECEIPTS = cast(Table, WebhookReceiptRow.__table__)
 SESSIONS = cast(Table, InboxSessionRow.__table__)
 FAILURES = cast(Table, SignInFailureRow.__table__)
+BEAT_JOBS = cast(Table, BeatJobRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

@@ -330,6 +330,19 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
     assert "/v1/runs/{run_id}/approval" in spec["paths"]
 
 
+def test_readiness_shows_the_sweeper_without_depending_on_it(api: Api) -> None:
+    """A fresh deployment (no beat yet) is ready, and says the sweeper never ran; once
+    it ran, /readyz says when (issue 27, defect 1: the beat's health was invisible)."""
+    fresh = api.client.get("/readyz")
+    assert fresh.status_code == 200
+    assert fresh.json()["sweeper"]["state"] == "never"
+    assert fresh.json()["sweeper"]["last_run_at"] is None
+    api.service.sweep()
+    swept = api.client.get("/readyz").json()["sweeper"]
+    assert swept["state"] == "ok" and swept["last_run_at"] is not None
+    assert 0 <= swept["age_seconds"] < swept["stale_after_seconds"]
+
+
 def test_the_openapi_document_describes_the_views_the_api_sends(api: Api) -> None:
     """The handlers send their JSON unvalidated; the models that document it must
     hold what is sent (each forbids fields it does not name)."""

@@ -142,6 +142,50 @@ def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Servi
     assert "removed 1" in gone.stdout and service.store.runs.get(run.id) is None
 
 
+def test_stats_says_when_the_sweeper_ran(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    never = airlock("stats", env=cli_env, cwd=tmp_path)
+    assert "sweeper: never ran" in never.stdout
+    service.sweep()
+    data = json.loads(airlock("stats", "--json", env=cli_env, cwd=tmp_path).stdout)
+    assert data["sweeper"]["state"] == "ok" and data["sweeper"]["last_run_at"]
+    assert "sweeper: last ran" in airlock("stats", env=cli_env, cwd=tmp_path).stdout
+
+
+def test_beat_starts_in_a_folder_without_its_home(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 27, defect 1: beat exited at start where .airlock/ did not exist (as in
+    the image); it makes the folder of its schedule file and saves it there."""
+    env = {k: v for k, v in cli_env.items() if k != "AIRLOCK_HOME"}
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "workers", "beat", "-l", "info"],
+        env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        for line in beat.stdout or ():
+            if "Sending due task" in line:
+                break
+        assert beat.poll() is None
+        assert list((folder / ".airlock").glob("celerybeat-schedule*"))
+    finally:
+        beat.terminate()
+        beat.communicate(timeout=30)
+
+
+def test_beat_refuses_in_one_line_a_schedule_folder_it_cannot_make(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    schedule = tmp_path / "a-file" / "beat" / "schedule"
+    refused = airlock("beat", "-s", str(schedule), env=cli_env, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and str(schedule.parent) in refused.stderr
+    home = airlock("beat", env={**cli_env, "AIRLOCK_HOME": str(tmp_path / "a-file")}, cwd=tmp_path)
+    assert home.returncode == 2 and str(tmp_path / "a-file") in home.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -54,7 +54,9 @@ def test_every_airlock_service_has_valid_configuration() -> None:
     for name in ("migrate", "api", "worker", "beat"):
         env = services()[name]["environment"]
         values = {
-            k.removeprefix("AIRLOCK_").lower(): _default(v) for k, v in env.items() if _default(v)
+            k.removeprefix("AIRLOCK_").lower(): _default(v)
+            for k, v in env.items()
+            if k.startswith("AIRLOCK_") and _default(v)
         }
         for needed in ("database_url", "broker_url", "webhook_secret", "api_token"):
             assert needed in values, f"{name} lacks AIRLOCK_{needed.upper()}"
@@ -70,8 +72,44 @@ def test_redis_keeps_messages_and_every_service_is_supervised() -> None:
         assert "restart" in service, name
         if name != "migrate":
             assert "healthcheck" in service, name
-    worker_check = " ".join(services()["worker"]["healthcheck"]["test"])
-    assert "inspect ping" in worker_check  # proves it consumes, not only that it lives
+    # proves it consumes, not only that it lives
+    assert services()["worker"]["healthcheck"]["test"] == ["CMD", "airlock", "health", "worker"]
+
+
+def test_healthchecks_are_commands_that_docker_runs_as_written() -> None:
+    """Issue 27, defect 2: an exec-form check is run with no shell, so a `$$HOSTNAME` in
+    it reached Celery as the text `$HOSTNAME` (and it named four nodes by hand)."""
+    for name in ("api", "worker", "beat"):
+        test = services()[name]["healthcheck"]["test"]
+        assert test == ["CMD", "airlock", "health", name], name
+        command, rest = resolve(test[2:])
+        command.make_context("airlock", rest)
+    for name, service in services().items():
+        test = service.get("healthcheck", {}).get("test", [])
+        if test[:1] == ["CMD"]:
+            assert not any("$" in word for word in test), f"{name}: no shell expands {test}"
+
+
+def test_every_setting_is_passed_through_to_the_airlock_services() -> None:
+    """Issue 27, defect 9: the OIDC, approval-client and session-secret variables (and
+    others) never reached the containers. Every AIRLOCK_ variable the settings read is
+    in each Airlock service's environment, but AIRLOCK_HOME (the image sets it)."""
+    read = {f"AIRLOCK_{name.upper()}" for name in Settings.model_fields} - {"AIRLOCK_HOME"}
+    for name in ("migrate", "api", "worker", "beat"):
+        passed = set(services()[name]["environment"])
+        assert read - passed == set(), name
+        assert {v for v in passed if v.startswith("AIRLOCK_")} - read == set(), name
+
+
+def test_the_env_example_documents_every_variable_compose_takes() -> None:
+    example = (COMPOSE.parent / ".env.example").read_text()
+    for variable in services()["api"]["environment"]:
+        if variable.startswith("AIRLOCK_") and variable not in (
+            "AIRLOCK_DATABASE_URL",
+            "AIRLOCK_BROKER_URL",
+        ):
+            assert f"{variable}=" in example, variable
+    assert "whsec_" in example and "base64" in example
 
 
 REQUIRED_FROM_ENV = {
@@ -83,6 +121,8 @@ REQUIRED_FROM_ENV = {
 def _default(value: object) -> str:
     """What compose puts in a variable: its default, or for a required one (``:?``)
     what the operator's .env gives."""
+    if value is None:  # passed through from .env when set there: here, not set
+        return ""
     text = str(value)
     if text.startswith("${") and ":-" in text:
         return text.split(":-", 1)[1].rstrip("}")

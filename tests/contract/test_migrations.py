@@ -6,11 +6,11 @@ import uuid
 from datetime import datetime
 
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
-from alembic import command
 from persistence.migrations import alembic_config
 from persistence.models import Base
 

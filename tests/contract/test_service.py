@@ -566,3 +566,25 @@ def test_expiry_applies_to_a_partial_quorum_and_refuses_later_approvals(
         service.record_decision(run.id, body, bob)
     assert service.run_segment(run.id, "w").outcome is Outcome.COMPLETED
     assert service.store.ledger.entries(run.id) == []  # the transfer never ran
+
+
+def test_the_sweeper_records_its_runs_and_goes_stale(engine: Engine, clock: FakeClock) -> None:
+    """Beat's health is visible in the store (issue 27, defect 1): never, then ok after
+    a sweep, then stale once no sweep came for a few intervals."""
+    service = Service(
+        store=RunStore(engine, clock=clock),
+        registry=Registry([]),
+        enqueue=lambda run_id, delay=None: None,
+        clock=clock,
+        limits=Limits(sweep_interval=timedelta(seconds=15)),
+    )
+    assert service.sweeper().state == "never"
+    service.sweep()
+    assert service.sweeper().last_run == clock.now and service.sweeper().state == "ok"
+    clock.advance(seconds=60)
+    assert service.sweeper().state == "ok"
+    clock.advance(seconds=1)
+    assert service.sweeper().state == "stale"
+    assert service.stats().sweeper.state == "stale"
+    service.sweep()
+    assert service.sweeper().state == "ok" and service.sweeper().age_seconds == 0

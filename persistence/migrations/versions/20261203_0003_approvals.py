@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-
 from alembic import op
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

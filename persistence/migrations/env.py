@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy import Connection
 
-from alembic import context
 from persistence.db import make_engine
 from persistence.models import Base
 

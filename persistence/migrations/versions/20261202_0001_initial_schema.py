@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-
 from alembic import op
 
 # BIGINT autoincrement on PostgreSQL; SQLite autoincrements only INTEGER PRIMARY KEY.

@@ -1,0 +1,29 @@
+"""Alembic, configured for a database URL: the one place the CLI, the demo and the tests
+find the migrations. They ship inside this package (``env.py``, ``script.py.mako``,
+``versions/``), found with ``importlib.resources``, so an installed wheel migrates from
+any folder; ``alembic.ini`` at the repository's root points here for developers."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+
+def location() -> Path:
+    """The folder of the migration scripts, wherever the package is installed."""
+    return Path(str(files(__name__)))
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(location()))
+    cfg.attributes["url"] = url
+    cfg.attributes["configure_logging"] = False
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
