@@ -24,7 +24,9 @@ clients run in its process (it has no API: a create is a task, a poll reads the
 thread's state every 250 ms), ``bench/peer/langgraph_w2.py``. Airlock is measured
 first, then the peer, on the same host within a minute or two.
 
-Prints runs/s, the run's p50/p95 (create → seen completed), the physical limit
+Prints runs/s, the run's p50/p95 (create → seen completed), the time each run spent in
+Airlock's hands (created → waiting + decided → completed, from the database's own
+timestamps: the run's time less its wait for the approval), the physical limit
 C / (3 x latency) (each run waits on three model calls), the worker's RSS (its process
 tree, sampled every second: the peak), the PostgreSQL connections the worker holds
 (``pg_stat_activity`` by ``application_name``, the worker's ``PGAPPNAME``; the peak),
@@ -219,6 +221,18 @@ def airlock(model_url: str, worker_args: str, tmp: Path) -> Iterator[tuple[Stack
             redis.Redis.from_url(broker).flushdb()
 
 
+def served_times(stack: Stack) -> list[float]:
+    """Each completed run's time in Airlock's hands, from the database's own timestamps:
+    created → waiting, plus decided → completed (three model calls' worth, at best),
+    without the time it waited for its approval (the client's poll and webhook)."""
+    query = text(
+        "SELECT extract(epoch FROM (r.suspended_at - r.created_at) + (r.updated_at - d.created_at))"
+        " FROM agent_runs r JOIN decisions d ON d.run_id = r.id WHERE r.status = 'completed'"
+    )
+    with stack.service.store.engine.connect() as conn:
+        return [float(v) for v in conn.execute(query).scalars()]
+
+
 def connections(engine: Any, application: str) -> int:
     """The connections ``application`` holds open on the server now."""
     query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
@@ -358,6 +372,7 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         )
         calls = model_stats(model_url)
         rss_end = rss_kb(worker)
+        served = served_times(stack)
         engine.dispose()
         log = (tmp / "worker.log").read_text(errors="replace")
     result = summarize(driven.runs, driven.window, args.clients, args.latency)
@@ -368,6 +383,8 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         "api_pg_connections_peak": window.peaks["api_pg_connections"],
         "model_calls_in_flight_peak": window.peaks["model_in_flight"],
         "model_calls_per_run": round(calls["calls"] / max(1, len(driven.runs)), 2),
+        "served_p50_s": round(statistics.median(served), 3) if served else None,
+        "served_p95_s": round(pct(served, 0.95), 3) if served else None,
         "cpu_ms_per_run": per_run(window.cpu, result["runs"]),
         "worker_cpu_cores": round(window.cpu["worker"] / window.elapsed, 2),
         "host": window.host(),
@@ -511,6 +528,7 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f" {a['worker_rss_peak_mb']} MB, worker PG connections peak"
         f" {a['worker_pg_connections_peak']}, model calls in flight peak"
         f" {a['model_calls_in_flight_peak']}, {a['model_calls_per_run']} model calls/run,"
+        f" in Airlock's hands p50 {a['served_p50_s']} s p95 {a['served_p95_s']} s,"
         f" worker {a['worker_cpu_cores']} cores, errors {a['errors']}"
     )
     print(f"  CPU ms per run: {a['cpu_ms_per_run']}; host: {a['host']}")
