@@ -63,7 +63,7 @@ from bench.http import AsyncClient
 from bench.stack import AUTH, bench_config, pct, rss_kb, up, wait_answers
 from bench.w2_agents import MODEL_URL
 from tests.api.conftest import SECRET
-from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
+from tests.integration.harness import ROOT, Process, Stack, airlock_env, free_port, wait_for
 from workers.demo import signed_request
 
 POLL = 0.25
@@ -508,11 +508,27 @@ def main() -> None:
         "w2",
         command,
         result,
+        rev=revision(),
         clients=args.clients,
         latency=args.latency,
         worker=" ".join(worker_command(args.worker_args)[2:]),
         loadavg_before=load_before,
     )
+
+
+def revision() -> str:
+    """This checkout's commit, ``-dirty`` when code differs from it (results aside)."""
+    git = ["git", "-C", str(ROOT)]
+    rev = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
+    )
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return rev.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
 def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
