@@ -87,7 +87,8 @@ def summarize(
     runs: list[tuple[float, float]], window: tuple[float, float], clients: int, latency: float
 ) -> dict[str, Any]:
     """Runs per second and the run's p50/p95 over the runs that completed in ``window``
-    (each run: its start and end, on the window's clock)."""
+    (each run: its start and end, on the window's clock), and the runs per second that
+    C clients make with that mean run (C / mean)."""
     begin, end = window
     done = [b - a for a, b in runs if begin <= b <= end]
     limit = physical_limit(clients, latency)
@@ -95,6 +96,10 @@ def summarize(
     return {
         "runs": len(done),
         "runs_per_s": round(rate, 2),
+        # Little's law for C clients that start a run as soon as one ends: a steadier
+        # figure when a run lasts a good part of the window (the completions in a window
+        # come in waves of up to C)
+        "runs_per_s_little": round(clients / statistics.fmean(done), 2) if done else 0.0,
         "run_p50_s": round(statistics.median(done), 3) if done else None,
         "run_p95_s": round(pct(done, 0.95), 3) if done else None,
         "physical_limit": round(limit, 2),
@@ -221,16 +226,19 @@ def airlock(model_url: str, worker_args: str, tmp: Path) -> Iterator[tuple[Stack
             redis.Redis.from_url(broker).flushdb()
 
 
-def served_times(stack: Stack) -> list[float]:
-    """Each completed run's time in Airlock's hands, from the database's own timestamps:
-    created → waiting, plus decided → completed (three model calls' worth, at best),
-    without the time it waited for its approval (the client's poll and webhook)."""
+def served_times(stack: Stack, wall: tuple[float, float]) -> list[float]:
+    """The time in Airlock's hands of each run completed in ``wall`` (epoch seconds),
+    from the database's own timestamps (UTC): created → waiting, plus decided →
+    completed (three model calls' worth, at best), without the time it waited for its
+    approval (the client's poll and webhook)."""
     query = text(
         "SELECT extract(epoch FROM (r.suspended_at - r.created_at) + (r.updated_at - d.created_at))"
         " FROM agent_runs r JOIN decisions d ON d.run_id = r.id WHERE r.status = 'completed'"
+        " AND extract(epoch FROM r.updated_at) BETWEEN :begin AND :end"
     )
     with stack.service.store.engine.connect() as conn:
-        return [float(v) for v in conn.execute(query).scalars()]
+        rows = conn.execute(query, {"begin": wall[0], "end": wall[1]}).scalars()
+        return [float(v) for v in rows]
 
 
 def connections(engine: Any, application: str) -> int:
@@ -281,6 +289,8 @@ class Drive:
     started: int = 0
     errors: list[str] = field(default_factory=list)
     window: tuple[float, float] = (0.0, 0.0)
+    wall: tuple[float, float] = (0.0, 0.0)
+    """The window on the wall clock (epoch seconds)."""
 
 
 async def drive(
@@ -296,6 +306,7 @@ async def drive(
     the last ``seconds``, ``sample`` runs (in a thread) every second meanwhile."""
     out = Drive()
     begin = time.monotonic()
+    wall = time.time() - begin  # monotonic → epoch
     until = begin + warmup + seconds
 
     async def one_client(k: int) -> None:
@@ -324,6 +335,7 @@ async def drive(
     tasks = [asyncio.ensure_future(one_client(k)) for k in range(clients)]
     await measure()
     out.window = (begin + warmup, until)
+    out.wall = (out.window[0] + wall, out.window[1] + wall)
     progress(f"  the window is over: finishing the {len(tasks)} clients' runs in flight…")
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=DRAIN)
     return out
@@ -372,7 +384,7 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         )
         calls = model_stats(model_url)
         rss_end = rss_kb(worker)
-        served = served_times(stack)
+        served = served_times(stack, driven.wall)
         engine.dispose()
         log = (tmp / "worker.log").read_text(errors="replace")
     result = summarize(driven.runs, driven.window, args.clients, args.latency)
@@ -502,6 +514,9 @@ def main() -> None:
     if "peer" in result:
         p = result["peer"]
         result["ratio_runs_per_s"] = round(a["runs_per_s"] / p["runs_per_s"], 2)
+        result["ratio_runs_per_s_little"] = round(
+            a["runs_per_s_little"] / p["runs_per_s_little"], 2
+        )
         result["ratio_run_p50"] = round(a["run_p50_s"] / p["run_p50_s"], 2)
     _show(args, result)
     record(
@@ -539,7 +554,8 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f" physical limit {a['physical_limit']} runs/s"
     )
     print(
-        f"Airlock ({worker}): {a['runs_per_s']} runs/s ({a['of_limit']:.0%} of the limit),"
+        f"Airlock ({worker}): {a['runs_per_s']} runs/s ({a['of_limit']:.0%} of the limit;"
+        f" C / mean run {a['runs_per_s_little']}),"
         f" run p50 {a['run_p50_s']} s p95 {a['run_p95_s']} s, worker RSS peak"
         f" {a['worker_rss_peak_mb']} MB, worker PG connections peak"
         f" {a['worker_pg_connections_peak']}, model calls in flight peak"
@@ -551,14 +567,16 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if "peer" in result:
         p = result["peer"]
         print(
-            f"peer (LangGraph, one process): {p['runs_per_s']} runs/s ({p['of_limit']:.0%}),"
+            f"peer (LangGraph, one process): {p['runs_per_s']} runs/s ({p['of_limit']:.0%};"
+            f" C / mean run {p['runs_per_s_little']}),"
             f" run p50 {p['run_p50_s']} s p95 {p['run_p95_s']} s, RSS peak {p['rss_peak_mb']} MB,"
             f" PG connections {p['pg_connections_peak']}, {p['cpu_cores']} cores,"
             f" errors {p['errors']}"
         )
         print(f"  CPU ms per run: {p['cpu_ms_per_run']}; host: {p['host']}")
         print(
-            f"ratio Airlock / peer: runs/s {result['ratio_runs_per_s']}x,"
+            f"ratio Airlock / peer: runs/s {result['ratio_runs_per_s']}x"
+            f" (C / mean run {result['ratio_runs_per_s_little']}x),"
             f" run p50 {result['ratio_run_p50']}x"
         )
         print(

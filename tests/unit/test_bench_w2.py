@@ -187,6 +187,7 @@ def test_summarize_counts_the_runs_that_end_in_the_window() -> None:
     # durations 2.0, 1.5, 1.0, 3.0: the median between the middle two
     assert result["run_p50_s"] == 1.75
     assert result["run_p95_s"] == 2.0  # bench.stack.pct: the rank int(0.95 * 3) = 2
+    assert result["runs_per_s_little"] == round(5 / 1.875, 2)  # C / the mean run
     assert result["physical_limit"] == 3.33
     assert result["of_limit"] == pytest.approx(0.4 / (5 / 1.5), abs=0.001)
 
@@ -196,6 +197,7 @@ def test_summarize_with_no_run_in_the_window() -> None:
     assert result["runs"] == 0
     assert result["runs_per_s"] == 0.0
     assert result["run_p50_s"] is None
+    assert result["runs_per_s_little"] == 0.0
     assert result["of_limit"] == 0.0
 
 
