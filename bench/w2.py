@@ -436,22 +436,27 @@ def measure_peer(args: argparse.Namespace, model_url: str, model: Process) -> di
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        # the peer's own set-up (its imports, its pool, its first run), then its clients
-        assert proc.stderr is not None
-        said = []
-        for line in iter(proc.stderr.readline, ""):
-            if line == "clients\n":
-                break
-            said.append(line)
-        time.sleep(args.warmup)
-        window.start()
-        time.sleep(args.seconds)
-        window.stop()
-        out, err = proc.communicate(timeout=DRAIN + 60)
-        err = "".join(said) + err
-        stop.set()
-        sampler.join()
-        engine.dispose()
+        try:
+            # the peer's own set-up (its imports, its pool, its first run), then its clients
+            assert proc.stderr is not None
+            said = []
+            for line in iter(proc.stderr.readline, ""):
+                if line == "clients\n":
+                    break
+                said.append(line)
+            time.sleep(args.warmup)
+            window.start()
+            time.sleep(args.seconds)
+            window.stop()
+            out, err = proc.communicate(timeout=DRAIN + 60)
+            err = "".join(said) + err
+        finally:
+            if proc.poll() is None:  # it did not finish in time: never left behind
+                proc.kill()
+                proc.wait(10)
+            stop.set()
+            sampler.join()
+            engine.dispose()
     if proc.returncode != 0:
         raise RuntimeError(f"the peer failed ({proc.returncode}):\n{err[-3000:]}")
     data = json.loads(out)

@@ -192,7 +192,9 @@ async def main() -> None:
         print("clients", file=sys.stderr, flush=True)  # bench.w2 measures from here
         begin = time.monotonic()
         until = begin + warmup + seconds
-        await asyncio.gather(*(client(app, until, runs, errors) for _ in range(clients)))
+        # the runs in flight at the end are finished, within two minutes
+        clients_done = asyncio.gather(*(client(app, until, runs, errors) for _ in range(clients)))
+        await asyncio.wait_for(clients_done, timeout=warmup + seconds + 120)
     json.dump(
         {
             "runs": runs,
