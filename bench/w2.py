@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -72,7 +73,9 @@ REDIS_DB = int(os.environ.get("AIRLOCK_BENCH_REDIS_DB", "6"))
 WORKER_APP = "airlock-w2-worker"
 API_APP = "airlock-w2-api"
 DRAIN = 120.0
-"""Seconds the runs in flight at the window's end have to finish."""
+"""Seconds the runs in flight at the window's end have to finish (more than a lease,
+60 s, and a sweep, 15 s: a segment lost to a broker's blip is run again by then)."""
+BEAT_APP = "airlock-w2-beat"
 
 
 # -- the statistics ---------------------------------------------------------------------------
@@ -219,6 +222,10 @@ def airlock(model_url: str, worker_args: str, tmp: Path) -> Iterator[tuple[Stack
             worker_env = env | {"PGAPPNAME": WORKER_APP}
             worker = Process("worker", worker_command(worker_args), worker_env, tmp / "worker.log")
             stack.processes.append(worker.start())
+            # as deployed: the sweeper re-sends what a lost message or segment left behind
+            beat = [sys.executable, "-m", "workers", "beat", "-s", str(tmp / "beat-schedule")]
+            beat_env = env | {"PGAPPNAME": BEAT_APP}
+            stack.processes.append(Process("beat", beat, beat_env, tmp / "beat.log").start())
             wait_answers(stack)
             yield stack, base
         finally:
@@ -239,6 +246,17 @@ def served_times(stack: Stack, wall: tuple[float, float]) -> list[float]:
     with stack.service.store.engine.connect() as conn:
         rows = conn.execute(query, {"begin": wall[0], "end": wall[1]}).scalars()
         return [float(v) for v in rows]
+
+
+def warnings(log: str) -> dict[str, int]:
+    """How many times the worker's log said each warning or error (Celery's format)."""
+    said: dict[str, int] = {}
+    for line in log.splitlines():
+        head, sep, message = line.partition("] ")
+        if sep and ("WARNING/" in head or "ERROR/" in head):
+            key = re.sub(r"\[[0-9a-f-]{36}\]", "[…]", message)[:120]
+            said[key] = said.get(key, 0) + 1
+    return said
 
 
 def connections(engine: Any, application: str) -> int:
@@ -288,6 +306,8 @@ class Drive:
     runs: list[tuple[float, float]] = field(default_factory=list)
     started: int = 0
     errors: list[str] = field(default_factory=list)
+    unfinished: int = 0
+    """Clients whose run had not finished ``DRAIN`` seconds after the window."""
     window: tuple[float, float] = (0.0, 0.0)
     wall: tuple[float, float] = (0.0, 0.0)
     """The window on the wall clock (epoch seconds)."""
@@ -337,7 +357,13 @@ async def drive(
     out.window = (begin + warmup, until)
     out.wall = (out.window[0] + wall, out.window[1] + wall)
     progress(f"  the window is over: finishing the {len(tasks)} clients' runs in flight…")
-    await asyncio.wait_for(asyncio.gather(*tasks), timeout=DRAIN)
+    _, pending = await asyncio.wait(tasks, timeout=DRAIN)
+    for task in pending:
+        task.cancel()
+    out.unfinished = len(pending)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            out.errors.append(repr(task.exception()))
     return out
 
 
@@ -347,7 +373,7 @@ async def drive(
 def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="airlock-w2-"))
     with airlock(model_url, args.worker_args, tmp) as (stack, base):
-        api, worker = (p.pid for p in stack.processes)
+        api, worker, beat = (p.pid for p in stack.processes)
         me = os.getpid()
         window = Window(
             {
@@ -357,6 +383,7 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
                 "postgres": lambda p: p.command.startswith("postgres"),
                 "redis": lambda p: p.command.startswith("redis-server"),
                 "clients": lambda p: p.pid == me,
+                "beat": lambda p: p.pid == beat,
             }
         )
         engine = create_engine(PG, pool_size=1)
@@ -401,8 +428,9 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         "worker_cpu_cores": round(window.cpu["worker"] / window.elapsed, 2),
         "host": window.host(),
         "errors": len(driven.errors),
+        "unfinished": driven.unfinished,
         "error_sample": driven.errors[:5],
-        "worker_log_tail": log.splitlines()[-5:],
+        "worker_warnings": warnings(log),
     }
 
 
@@ -566,7 +594,8 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f" {a['worker_pg_connections_peak']}, model calls in flight peak"
         f" {a['model_calls_in_flight_peak']}, {a['model_calls_per_run']} model calls/run,"
         f" in Airlock's hands p50 {a['served_p50_s']} s p95 {a['served_p95_s']} s,"
-        f" worker {a['worker_cpu_cores']} cores, errors {a['errors']}"
+        f" worker {a['worker_cpu_cores']} cores, errors {a['errors']},"
+        f" unfinished {a['unfinished']}"
     )
     print(f"  CPU ms per run: {a['cpu_ms_per_run']}; host: {a['host']}")
     if "peer" in result:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bench import fake_openai
-from bench.w2 import per_run, physical_limit, summarize
+from bench.w2 import per_run, physical_limit, summarize, warnings
 from bench.w2_agents import W2
 from loop.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from providers import OpenAIModel
@@ -204,3 +204,23 @@ def test_summarize_with_no_run_in_the_window() -> None:
 def test_cpu_per_run_in_milliseconds() -> None:
     assert per_run({"worker": 1.5, "api": 0.25}, 100) == {"worker": 15.0, "api": 2.5}
     assert per_run({"worker": 1.0}, 0) == {"worker": 0.0}
+
+
+def test_the_worker_logs_warnings_are_counted_by_message() -> None:
+    log = "\n".join(
+        [
+            "[2026-12-05 05:34:35,706: WARNING/MainProcess] lease lost",
+            "[2026-12-05 05:34:36,706: INFO/MainProcess] ready.",
+            "[2026-12-05 05:34:47,452: WARNING/MainProcess] Task airlock.run_segment.v1"
+            "[d296b85d-2841-42cb-80fb-83ea667d7122] cannot be acknowledged",
+            "[2026-12-05 05:34:47,453: WARNING/MainProcess] Task airlock.run_segment.v1"
+            "[4e133d56-b2ff-4d55-b07f-9757c7d8c8cc] cannot be acknowledged",
+            "[2026-12-05 05:34:48,000: ERROR/MainProcess] broken",
+            "Terminating it instead.",
+        ]
+    )
+    assert warnings(log) == {
+        "lease lost": 1,
+        "Task airlock.run_segment.v1[…] cannot be acknowledged": 2,
+        "broken": 1,
+    }
