@@ -248,6 +248,17 @@ def served_times(stack: Stack, wall: tuple[float, float]) -> list[float]:
         return [float(v) for v in rows]
 
 
+def _answers_ping(stack: Stack) -> bool:
+    """Whether a worker answers a ping (twice: this side's connection may have been
+    closed under it)."""
+    for _ in range(2):
+        try:
+            return bool(stack.celery.control.ping(timeout=2))
+        except Exception:  # a broker error: try once more
+            continue
+    return False
+
+
 def warnings(log: str) -> dict[str, int]:
     """How many times the worker's log said each warning or error (Celery's format)."""
     said: dict[str, int] = {}
@@ -361,9 +372,8 @@ async def drive(
     for task in pending:
         task.cancel()
     out.unfinished = len(pending)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            out.errors.append(repr(task.exception()))
+    ended = await asyncio.gather(*tasks, return_exceptions=True)
+    out.errors += [repr(e) for e in ended if isinstance(e, Exception)]
     return out
 
 
@@ -410,6 +420,8 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
             )
         )
         calls = model_stats(model_url)
+        statuses = {str(k): v for k, v in stack.service.store.queries.count_by_status().items()}
+        answers = _answers_ping(stack)
         rss_end = rss_kb(worker)
         served = served_times(stack, driven.wall)
         engine.dispose()
@@ -429,6 +441,8 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         "host": window.host(),
         "errors": len(driven.errors),
         "unfinished": driven.unfinished,
+        "runs_by_status_at_end": statuses,
+        "worker_answered_ping_at_end": answers,
         "error_sample": driven.errors[:5],
         "worker_warnings": warnings(log),
     }
@@ -595,7 +609,9 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f" {a['model_calls_in_flight_peak']}, {a['model_calls_per_run']} model calls/run,"
         f" in Airlock's hands p50 {a['served_p50_s']} s p95 {a['served_p95_s']} s,"
         f" worker {a['worker_cpu_cores']} cores, errors {a['errors']},"
-        f" unfinished {a['unfinished']}"
+        f" unfinished {a['unfinished']} (runs by status at the end:"
+        f" {a['runs_by_status_at_end']}; the worker answered a ping:"
+        f" {a['worker_answered_ping_at_end']})"
     )
     print(f"  CPU ms per run: {a['cpu_ms_per_run']}; host: {a['host']}")
     if "peer" in result:
