@@ -204,11 +204,14 @@ def worker_command(worker_args: str) -> list[str]:
 
 
 @contextmanager
-def airlock(model_url: str, worker_args: str, tmp: Path) -> Iterator[tuple[Stack, str]]:
+def airlock(
+    model_url: str, worker_args: str, tmp: Path, settings: dict[str, str]
+) -> Iterator[tuple[Stack, str]]:
     broker = f"redis://127.0.0.1:6379/{REDIS_DB}"
     redis.Redis.from_url(broker).flushdb()
     with temporary_database() as url:
         config = bench_config(url, broker, tmp) | {"AIRLOCK_AGENTS": "bench.w2_agents:AGENTS"}
+        config |= settings
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {MODEL_URL: f"{model_url}/v1"}
         port = free_port()
@@ -382,7 +385,8 @@ async def drive(
 
 def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="airlock-w2-"))
-    with airlock(model_url, args.worker_args, tmp) as (stack, base):
+    settings = dict(item.split("=", 1) for item in args.set)
+    with airlock(model_url, args.worker_args, tmp, settings) as (stack, base):
         api, worker, beat = (p.pid for p in stack.processes)
         me = os.getpid()
         window = Window(
@@ -535,13 +539,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured, each side")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
     parser.add_argument("--worker-args", default="", help="options for `airlock worker`")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="AIRLOCK_X=VALUE",
+        help="a setting of Airlock's processes (e.g. AIRLOCK_DB_POOL_SIZE=16); repeatable",
+    )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--peer-pool", type=int, default=20, help="the peer's connections")
     args = parser.parse_args()
+    for item in args.set:
+        if not item.startswith("AIRLOCK_") or "=" not in item:
+            parser.error(f"--set takes AIRLOCK_NAME=VALUE, not {item!r}")
     command = (
         f"w2 --clients {args.clients} --latency {args.latency:g} --seconds {args.seconds:g}"
         f" --warmup {args.warmup:g}"
         + (f" --worker-args {shlex.quote(args.worker_args)}" if args.worker_args else "")
+        + "".join(f" --set {shlex.quote(item)}" for item in args.set)
         + ("" if args.peer else " --no-peer")
         + (f" --peer-pool {args.peer_pool}" if args.peer_pool != 20 else "")
     )
