@@ -13,9 +13,9 @@ options (``--worker-args`` adds some), the agent ``bench.w2_agents``'s ``OpenAIM
 pointed at the fake server. Each of ``--clients`` clients (asyncio, one kept-alive
 connection each, ``bench.http.AsyncClient``) drives runs one after another as a user
 does: ``POST /v1/runs``, ``GET /v1/runs/{id}`` every 250 ms until it waits for
-approval, a Standard Webhooks-signed approval, ``GET`` every 250 ms until completed.
-After ``--warmup`` seconds, ``--seconds`` are measured; the runs in flight then are
-finished but not counted.
+approval, a Standard Webhooks-signed approval, ``GET`` every 250 ms until completed
+(``--poll`` sets another interval, for both sides). After ``--warmup`` seconds,
+``--seconds`` are measured; the runs in flight then are finished but not counted.
 
 The peer (``--peer``, the default, when bench/.peer-venv exists: ``python -m
 bench.peer`` makes it) is LangGraph with ``AsyncPostgresSaver``, one asyncio process,
@@ -68,7 +68,7 @@ from tests.integration.harness import ROOT, Process, Stack, airlock_env, free_po
 from workers.demo import signed_request
 
 POLL = 0.25
-"""Seconds between a client's polls, as the issue's users poll."""
+"""Seconds between a client's polls, as the issue's users poll (``--poll``)."""
 REDIS_DB = int(os.environ.get("AIRLOCK_BENCH_REDIS_DB", "6"))
 WORKER_APP = "airlock-w2-worker"
 API_APP = "airlock-w2-api"
@@ -287,9 +287,11 @@ class RunFailedError(Exception):
     pass
 
 
-async def _poll(client: AsyncClient, base: str, run_id: str, wanted: str) -> dict[str, Any]:
+async def _poll(
+    client: AsyncClient, base: str, run_id: str, wanted: str, poll: float
+) -> dict[str, Any]:
     while True:
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(poll)
         view: dict[str, Any] = (await client.get(f"{base}/v1/runs/{run_id}", headers=AUTH)).json()
         if view["status"] == wanted:
             return view
@@ -297,7 +299,7 @@ async def _poll(client: AsyncClient, base: str, run_id: str, wanted: str) -> dic
             raise RunFailedError(f"run {run_id} is {view['status']}, not {wanted}")
 
 
-async def one_run(client: AsyncClient, base: str) -> tuple[float, float]:
+async def one_run(client: AsyncClient, base: str, poll: float = POLL) -> tuple[float, float]:
     """One W2 run as a user drives it: (its start, the first poll that saw it done)."""
     start = time.monotonic()
     body: dict[str, Any] = {"agent": "w2", "input": "go"}
@@ -305,13 +307,13 @@ async def one_run(client: AsyncClient, base: str) -> tuple[float, float]:
     if created.status_code not in (200, 201):
         raise RunFailedError(f"create answered {created.status_code}: {created.text}")
     run_id = created.json()["id"]
-    waiting = await _poll(client, base, run_id, "waiting_for_approval")
+    waiting = await _poll(client, base, run_id, "waiting_for_approval", poll)
     decision = {"turn_digest": waiting["pending"]["turn_digest"], "decision": "approve"}
     path, content, headers = signed_request(f"/v1/runs/{run_id}/approval", decision, SECRET)
     approved = await client.post(f"{base}{path}", content=content, headers=headers)
     if approved.status_code != 202:
         raise RunFailedError(f"the approval answered {approved.status_code}: {approved.text}")
-    await _poll(client, base, run_id, "completed")
+    await _poll(client, base, run_id, "completed", poll)
     return start, time.monotonic()
 
 
@@ -335,6 +337,7 @@ async def drive(
     seconds: float,
     window: Window,
     sample: Callable[[], None],
+    poll: float = POLL,
 ) -> Drive:
     """``clients`` clients driving runs for ``warmup`` + ``seconds``; ``window`` measures
     the last ``seconds``, ``sample`` runs (in a thread) every second meanwhile."""
@@ -344,17 +347,17 @@ async def drive(
     until = begin + warmup + seconds
 
     async def one_client(k: int) -> None:
-        await asyncio.sleep(k * POLL / clients)  # not all in one phase of the poll
+        await asyncio.sleep(k * poll / clients)  # not all in one phase of the poll
         client = AsyncClient()
         try:
             while time.monotonic() < until:
                 out.started += 1
                 try:
-                    out.runs.append(await one_run(client, base))
+                    out.runs.append(await one_run(client, base, poll))
                 except (RunFailedError, OSError, ValueError, KeyError) as exc:
                     out.errors.append(repr(exc))
                     client.close()
-                    await asyncio.sleep(POLL)
+                    await asyncio.sleep(poll)
         finally:
             client.close()
 
@@ -421,6 +424,7 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
                 seconds=args.seconds,
                 window=window,
                 sample=sample,
+                poll=args.poll,
             )
         )
         calls = model_stats(model_url)
@@ -462,6 +466,7 @@ def measure_peer(args: argparse.Namespace, model_url: str, model: Process) -> di
             seconds=args.seconds,
             warmup=args.warmup,
             pool=args.peer_pool,
+            poll=args.poll,
         )
         progress(f"the peer: {args.clients} clients, {args.warmup:g} s + {args.seconds:g} s…")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -539,6 +544,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured, each side")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
     parser.add_argument("--worker-args", default="", help="options for `airlock worker`")
+    parser.add_argument("--poll", type=float, default=POLL, help="seconds between polls")
     parser.add_argument(
         "--set",
         action="append",
@@ -557,6 +563,7 @@ def main() -> None:
         f" --warmup {args.warmup:g}"
         + (f" --worker-args {shlex.quote(args.worker_args)}" if args.worker_args else "")
         + "".join(f" --set {shlex.quote(item)}" for item in args.set)
+        + (f" --poll {args.poll:g}" if args.poll != POLL else "")
         + ("" if args.peer else " --no-peer")
         + (f" --peer-pool {args.peer_pool}" if args.peer_pool != 20 else "")
     )

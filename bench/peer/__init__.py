@@ -83,11 +83,18 @@ def langgraph_w1(database_url: str, n: int) -> dict[str, Any]:
 
 
 def langgraph_w2(
-    database_url: str, model_url: str, *, clients: int, seconds: float, warmup: float, pool: int
+    database_url: str,
+    model_url: str,
+    *,
+    clients: int,
+    seconds: float,
+    warmup: float,
+    pool: int,
+    poll: float = 0.25,
 ) -> list[str]:
     """The command of W2 on LangGraph + AsyncPostgresSaver, one process (see
     bench/peer/langgraph_w2.py): the caller runs it and measures it from outside."""
     return [
         str(python()), str(HERE / "langgraph_w2.py"), database_url, model_url,
-        str(clients), str(seconds), str(warmup), str(pool),
+        str(clients), str(seconds), str(warmup), str(pool), str(poll),
     ]  # fmt: skip

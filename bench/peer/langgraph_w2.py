@@ -5,11 +5,11 @@ connections, as many as calls in flight) on the same fake server as Airlock's
 ``OpenAIModel`` (``bench.fake_openai``). Run by ``bench.w2`` inside the peer's own
 virtualenv (bench/peer/requirements.txt); it imports nothing of Airlock.
 
-    python bench/peer/langgraph_w2.py POSTGRES_URL MODEL_URL CLIENTS SECONDS WARMUP [POOL]
+    python bench/peer/langgraph_w2.py POSTGRES_URL MODEL_URL CLIENTS SECONDS WARMUP [POOL [POLL]]
 
 The clients drive it in the same process (there is no API to call over HTTP): each
 client, in a loop, starts a run as a task of its own (the create), reads the thread's
-state every 250 ms (``aget_state``: a read of the checkpoint, where Airlock's client
+state every 250 ms (POLL) (``aget_state``: a read of the checkpoint, where Airlock's client
 sends a GET) until the run waits in ``interrupt()``, resumes it with an approval as a
 task of its own, and reads the state every 250 ms until the run is done. Runs go on
 for WARMUP + SECONDS; the runs started before the end are finished. Prints one JSON
@@ -171,6 +171,8 @@ async def main() -> None:
     url, model_url = sys.argv[1], sys.argv[2]
     clients, seconds, warmup = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
     pool_size = int(sys.argv[6]) if len(sys.argv) > 6 else 20
+    global POLL  # noqa: PLW0603 - the clients' poll, as bench.w2's
+    POLL = float(sys.argv[7]) if len(sys.argv) > 7 else POLL
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=60)
     async with (
         httpx.AsyncClient(limits=limits) as http,
