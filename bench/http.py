@@ -11,6 +11,7 @@ runs)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -141,3 +142,84 @@ def _connect(host: str, port: int) -> socket.socket:
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value).encode()
+
+
+class AsyncClient:
+    """``Client`` on asyncio: one kept-alive connection, for the hundreds of clients of
+    ``bench.w2`` in one thread (a thread each would cost more CPU than they measure)."""
+
+    def __init__(self) -> None:
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._netloc = ""
+        self._used = 0.0
+
+    async def _send(
+        self, method: str, url: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
+        parts = urlsplit(url)
+        if self._writer is not None and (
+            time.monotonic() - self._used > IDLE or parts.netloc != self._netloc
+        ):
+            self.close()
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(
+                parts.hostname or "127.0.0.1", parts.port or 80
+            )
+            sock = self._writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._netloc = parts.netloc
+        assert self._reader is not None
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        self._writer.write("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + (body or b""))
+        try:
+            head = await self._reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            self.close()
+            raise ConnectionError("the server closed the connection") from exc
+        status_line, *fields = head[:-4].decode("latin-1").split("\r\n")
+        status = int(status_line.split(" ", 2)[1])
+        length = 0
+        close = False
+        for field in fields:
+            name, _, value = field.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                raise RuntimeError(f"bench.http reads Content-Length bodies, not {value.strip()}")
+            elif name == "connection" and value.strip().lower() == "close":
+                close = True
+        content = await self._reader.readexactly(length)
+        if close:
+            self.close()
+        self._used = time.monotonic()
+        return Response(status, content)
+
+    async def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
+        return await self._send("GET", url, None, dict(headers or {}))
+
+    async def post(
+        self,
+        url: str,
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        sent = dict(headers or {})
+        if json is not None:
+            content = _dumps(json)
+            sent.setdefault("content-type", "application/json")
+        return await self._send("POST", url, content or b"", sent)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._reader = None

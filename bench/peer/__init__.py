@@ -1,4 +1,5 @@
-"""The peer that bench.approval_path measures Airlock against, run in its own virtualenv."""
+"""The peer that bench.approval_path and bench.w2 measure Airlock against, run in its own
+virtualenv (``python -m bench.peer`` makes it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from bench.common import progress
 HERE = Path(__file__).parent
 VENV = HERE.parent / ".peer-venv"
 REQUIREMENTS = HERE / "requirements.txt"
+
+
+def ready() -> bool:
+    """Whether bench/.peer-venv exists with the current requirements."""
+    stamp = VENV / "requirements.txt"
+    return (
+        (VENV / "bin" / "python").exists()
+        and stamp.exists()
+        and stamp.read_text() == REQUIREMENTS.read_text()
+    )
+
+
+MAKE = ".venv/bin/python -m bench.peer"
+"""The command that makes (or refreshes) the peer's virtualenv."""
 
 
 def python() -> Path:
@@ -65,3 +80,21 @@ def langgraph_w1(database_url: str, n: int) -> dict[str, Any]:
     )
     data: dict[str, Any] = json.loads(result.stdout)
     return data
+
+
+def langgraph_w2(
+    database_url: str,
+    model_url: str,
+    *,
+    clients: int,
+    seconds: float,
+    warmup: float,
+    pool: int,
+    poll: float = 0.25,
+) -> list[str]:
+    """The command of W2 on LangGraph + AsyncPostgresSaver, one process (see
+    bench/peer/langgraph_w2.py): the caller runs it and measures it from outside."""
+    return [
+        str(python()), str(HERE / "langgraph_w2.py"), database_url, model_url,
+        str(clients), str(seconds), str(warmup), str(pool), str(poll),
+    ]  # fmt: skip

@@ -4,6 +4,7 @@ what it does not do (a chunked body, a connection the server closed)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.http import Client
+from bench.http import AsyncClient, Client, Response
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -106,4 +107,50 @@ def test_a_closed_connection_is_an_error_not_a_retry(
         with pytest.raises(ConnectionError, match="closed"):
             client.get(f"{base}/close")
         assert client.get(f"{base}/after").status_code == 200  # a new connection
+    assert [s["path"] for s in seen] == ["/after"]
+
+
+def test_the_asyncio_client_sends_and_reads_on_one_kept_connection(
+    server: tuple[str, list[dict[str, Any]]],
+) -> None:
+    base, seen = server
+
+    async def exchange() -> list[Response]:
+        client = AsyncClient()
+        try:
+            return [
+                await client.get(f"{base}/v1/runs/x", headers={"Authorization": "Bearer t"}),
+                await client.post(f"{base}/v1/runs", json={"agent": "w2", "input": "é"}),
+                await client.post(f"{base}/a", content=b"{}", headers={"x": "y"}),
+            ]
+        finally:
+            client.close()
+
+    got, made, raw = asyncio.run(exchange())
+    assert got.status_code == 200
+    assert got.json() == {"path": "/v1/runs/x", "echo": ""}
+    assert made.status_code == 201
+    assert json.loads(made.json()["echo"]) == {"agent": "w2", "input": "é"}
+    assert raw.text == json.dumps({"path": "/a", "echo": "{}"})
+    assert seen[0]["headers"]["Authorization"] == "Bearer t"
+    assert seen[1]["headers"]["content-type"] == "application/json"
+    assert seen[2]["headers"]["x"] == "y"
+    assert len({s["peer"] for s in seen}) == 1  # one connection for all three
+
+
+def test_the_asyncio_client_says_when_the_server_closed_the_connection(
+    server: tuple[str, list[dict[str, Any]]],
+) -> None:
+    base, seen = server
+
+    async def exchange() -> int:
+        client = AsyncClient()
+        try:
+            with pytest.raises(ConnectionError, match="closed"):
+                await client.get(f"{base}/close")
+            return (await client.get(f"{base}/after")).status_code  # a new connection
+        finally:
+            client.close()
+
+    assert asyncio.run(exchange()) == 200
     assert [s["path"] for s in seen] == ["/after"]
