@@ -108,13 +108,13 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
-    """Run a Celery worker (extra arguments go to `celery worker`, e.g. -l info). On a
-    broker server (Redis) by default -P gevent -c 200: one process keeps 200 segments in
-    flight while they wait on their models. It consumes the segments' queue and the
-    notifications' (-Q names others). More processes: more replicas of this command."""
+    """Run a Celery worker (extra arguments go to `celery worker`, e.g. -l info). It
+    consumes the segments' queue and the notifications' (-Q names others). With
+    -P gevent (-c 200 unless given) one process keeps hundreds of segments in flight
+    while they wait on their models. More processes: more replicas of this command."""
     import click  # noqa: PLC0415 - Celery's command line is click's
 
-    from workers.launch import pool_of, usage_error, worker_arguments  # noqa: PLC0415
+    from workers.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
 
     if (error := usage_error(ctx.args)) is not None:
         fail(error, 2)
@@ -150,7 +150,7 @@ def beat(ctx: typer.Context) -> None:
     """Run Celery beat: the sweeper, approval expiry and retention purge. Its schedule
     file is AIRLOCK_HOME/celerybeat-schedule unless -s names another; its folder is
     created."""
-    from workers.launch import option  # noqa: PLC0415
+    from workers.worker_options import option  # noqa: PLC0415
 
     given = option(ctx.args, "-s", "--schedule")
     folder = (Path(given) if given else settings().beat_schedule).absolute().parent

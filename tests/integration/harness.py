@@ -122,13 +122,14 @@ def celery_worker(
     *,
     include: Sequence[str] = (),
     airlock: bool = False,
+    options: Sequence[str] = (),
 ) -> Process:
     """``celery -A workers worker -c concurrency`` (prefork), or with ``airlock``
-    ``airlock worker`` as an operator runs it: no pool or concurrency given (on Redis,
-    gevent with 200 greenlets)."""
+    ``airlock worker OPTIONS`` as an operator runs it (no pool or concurrency given:
+    Celery's defaults)."""
     argv = [sys.executable, "-m"]
     if airlock:
-        argv += ["workers", "worker", "-l", "info"]
+        argv += ["workers", "worker", "-l", "info", *options]
     else:
         argv += ["celery", "-A", "workers", "worker", "-l", "info", "-c", str(concurrency)]
     argv += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle"]
@@ -170,13 +171,25 @@ class Stack:
         self.celery.send_task(RUN_SEGMENT, (run_id,), countdown=delay)
 
     def worker(
-        self, concurrency: int = 2, include: Sequence[str] = (), *, airlock: bool = False
+        self,
+        concurrency: int = 2,
+        include: Sequence[str] = (),
+        *,
+        airlock: bool = False,
+        options: Sequence[str] = (),
     ) -> Process:
         self._workers += 1
         name = f"w{self._workers}"
         log = self.tmp / f"{name}.log"
         worker = celery_worker(
-            self.config, self.outbox, log, name, concurrency, include=include, airlock=airlock
+            self.config,
+            self.outbox,
+            log,
+            name,
+            concurrency,
+            include=include,
+            airlock=airlock,
+            options=options,
         ).start()
         self.processes.append(worker)
         wait_ready(worker)

@@ -45,7 +45,7 @@ def test_postgres_restart_during_a_run(
 ) -> None:
     """``crash`` comes milliseconds after the claim, which does not wait for the disk:
     the restarted server may or may not have it, and the run completes either way.
-    ``airlock``: ``airlock worker`` as shipped (gevent), not a prefork pool."""
+    ``airlock``: ``airlock worker`` as shipped, not ``celery worker -c 2``."""
     migrate(private_postgres.url)
     stack = make_stack(AIRLOCK_DATABASE_URL=private_postgres.url, AIRLOCK_BROKER_URL=shared_redis)
     worker = stack.worker(airlock=airlock)

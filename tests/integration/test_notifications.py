@@ -59,8 +59,8 @@ def notifying_stack(
 def test_a_receiver_that_never_answers_holds_no_segment(
     notifying_stack: tuple[Stack, Holder],
 ) -> None:
-    """``airlock worker`` as shipped (on Redis one gevent worker that consumes the
-    notifications too, on the embedded broker Celery's default pool): while the
+    """``airlock worker`` as shipped (one Celery worker that consumes the
+    notifications too): while the
     receiver holds the first delivery's connection open, the run is approved and
     completes. Before, the one worker was held by the delivery, and the run completed
     only once the delivery's read timed out and its connection was closed."""

@@ -114,8 +114,7 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
 
 
 POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker`` (prefork) and ``airlock worker`` as shipped (one
-gevent process)."""
+"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped."""
 
 
 @POOLS
@@ -316,6 +315,9 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     assert warning not in prefork.output()
 
 
+GEVENT = ("-P", "gevent")
+
+
 def _worker_connections(url: str, application: str) -> int:
     engine = create_engine(url, poolclass=NullPool)
     try:
@@ -329,7 +331,7 @@ def _worker_connections(url: str, application: str) -> int:
 def test_airlock_worker_keeps_many_segments_waiting_on_their_models_in_one_process(
     make_stack: StackFactory, postgres_url: str, shared_redis: str
 ) -> None:
-    """``airlock worker`` as shipped, on Redis: one process (gevent, 200 greenlets).
+    """``airlock worker -P gevent``, on Redis: one process (200 greenlets).
     60 runs whose model takes 3 s a call, on leases of 2 s: while all wait on their
     models at once, the worker answers a ping, holds no more database connections than
     its pools allow, and renews every lease; each run reaches its approval with two
@@ -344,7 +346,7 @@ def test_airlock_worker_keeps_many_segments_waiting_on_their_models_in_one_proce
         AIRLOCK_TEST_MODEL_SECONDS="3",
         PGAPPNAME="airlock-gevent-worker",
     )
-    worker = stack.worker(airlock=True)
+    worker = stack.worker(airlock=True, options=GEVENT)
     assert "200 (gevent)" in worker.output()  # Celery's banner: concurrency 200 (gevent)
     ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
     wait_for(
@@ -384,7 +386,7 @@ def test_airlock_worker_keeps_many_segments_waiting_on_their_models_in_one_proce
 def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
     make_stack: StackFactory, postgres_url: str, shared_redis: str
 ) -> None:
-    """SIGKILL to ``airlock worker`` while 40 approved runs wait on their models, some
+    """SIGKILL to ``airlock worker -P gevent`` while 40 approved runs wait on their models, some
     after their emails were sent: a new worker and the sweeper finish every run; no
     email is sent twice (an in-doubt one fails its run, as the ledger says)."""
     runs = 40
@@ -395,7 +397,7 @@ def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
         AIRLOCK_SWEEP_INTERVAL="1",
         AIRLOCK_TEST_MODEL_SECONDS="1",
     )
-    worker = stack.worker(airlock=True)
+    worker = stack.worker(airlock=True, options=GEVENT)
     stack.beat()
     ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
     for run_id in ids:
@@ -408,7 +410,7 @@ def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
         timeout=60,
     )
     worker.kill()
-    stack.worker(airlock=True)
+    stack.worker(airlock=True, options=GEVENT)
     finished = [
         stack.wait_status(r, RunStatus.COMPLETED, RunStatus.FAILED, timeout=120) for r in ids
     ]

@@ -5,30 +5,24 @@ from __future__ import annotations
 
 import pytest
 
-from workers.launch import DEFAULT_CONCURRENCY, option, usage_error, worker_arguments
+from workers.worker_options import DEFAULT_CONCURRENCY, option, usage_error, worker_arguments
 
 REDIS = {"AIRLOCK_BROKER_URL": "redis://redis:6379/0"}
 
 
-def test_on_a_broker_server_the_default_is_the_gevent_pool_with_200_in_flight() -> None:
-    assert worker_arguments(["-l", "info"], REDIS) == [
-        "-P", "gevent", "-l", "info", "-c", str(DEFAULT_CONCURRENCY),
-    ]  # fmt: skip
+def test_without_a_pool_celerys_default_is_run_as_given() -> None:
+    assert worker_arguments(["-l", "info"], REDIS) == ["-l", "info"]
 
 
-def test_the_operators_concurrency_is_kept() -> None:
-    assert worker_arguments(["-c", "50"], REDIS) == ["-P", "gevent", "-c", "50"]
-    assert worker_arguments(["--concurrency=50"], REDIS) == ["-P", "gevent", "--concurrency=50"]
+@pytest.mark.parametrize("pool", [["-P", "gevent"], ["--pool=gevent"], ["-Peventlet"]])
+def test_a_green_pool_keeps_200_in_flight_unless_told(pool: list[str]) -> None:
+    assert worker_arguments(pool, REDIS) == [*pool, "-c", str(DEFAULT_CONCURRENCY)]
+    assert worker_arguments([*pool, "-c", "50"], REDIS) == [*pool, "-c", "50"]
 
 
 @pytest.mark.parametrize("pool", [["-P", "prefork"], ["--pool=solo"], ["-Pthreads"]])
 def test_a_pool_of_the_operators_is_run_as_given(pool: list[str]) -> None:
     assert worker_arguments([*pool, "-l", "info"], REDIS) == [*pool, "-l", "info"]
-
-
-@pytest.mark.parametrize("env", [{}, {"AIRLOCK_BROKER_URL": "filesystem://"}])
-def test_the_embedded_broker_keeps_celerys_default_pool(env: dict[str, str]) -> None:
-    assert worker_arguments(["-c", "2"], env) == ["-c", "2"]
 
 
 def test_options_are_found_in_every_spelling_the_last_one_counting() -> None:
@@ -52,4 +46,4 @@ def test_bad_options_are_named(args: list[str], error: str) -> None:
 
 
 def test_good_options_pass() -> None:
-    assert usage_error(worker_arguments(["-n", "w@%h"], REDIS)) is None
+    assert usage_error(worker_arguments(["-P", "gevent", "-n", "w@%h"], REDIS)) is None
