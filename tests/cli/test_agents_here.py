@@ -209,12 +209,14 @@ def test_a_module_not_found_is_named_with_where_it_was_looked_for(
 
 def test_a_module_that_fails_to_import_is_named_with_its_line(here: Path) -> None:
     (here / "broken.py").write_text("from loop import Agent\n\nAGENTS = [payments]\n")
+    ok(airlock("db", "upgrade", cwd=here, env=environment(here)))
     result = airlock("run", "x", "y", cwd=here, env=environment(here, agents="broken:AGENTS"))
     assert result.returncode == 2
     assert f"{here / 'broken.py'}:3: NameError: name 'payments' is not defined" in result.stderr
 
 
 def test_a_missing_name_lists_the_agents_the_module_has(here: Path) -> None:
+    ok(airlock("db", "upgrade", cwd=here, env=environment(here)))
     result = airlock("run", "x", "y", cwd=here, env=environment(here, agents="myagents:AGENT"))
     assert result.returncode == 2
     assert "has no 'AGENT' (the agents it has: AGENTS, NOTES)" in result.stderr
