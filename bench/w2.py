@@ -7,8 +7,8 @@ against the peer in the same run (issue 28).
 The model is ``bench.fake_openai``: a real HTTP server in a process of its own that
 answers every Chat Completions call after ``--latency`` seconds, the turn decided by the
 tool results the call carries (a read tool, then the gated write, then an answer).
-Airlock: a PostgreSQL database of its own (on the local server), Redis db
-``AIRLOCK_BENCH_REDIS_DB`` (default 6), ``airlock api`` and ``airlock worker`` with no
+Airlock: a PostgreSQL database of its own (on the local server), the benchmarks'
+Redis db (bench.common.redis_url), ``airlock api`` and ``airlock worker`` with no
 options (``--worker-args`` adds some), the agent ``bench.w2_agents``'s ``OpenAIModel``
 pointed at the fake server. Each of ``--clients`` clients (asyncio, one kept-alive
 connection each, ``bench.http.AsyncClient``) drives runs one after another as a user
@@ -59,7 +59,16 @@ import redis
 from sqlalchemy import create_engine, text
 
 from bench import peer
-from bench.common import PG, CpuMeter, Proc, led_by, progress, record, temporary_database
+from bench.common import (
+    PG,
+    CpuMeter,
+    Proc,
+    led_by,
+    progress,
+    record,
+    redis_url,
+    temporary_database,
+)
 from bench.http import AsyncClient
 from bench.stack import AUTH, bench_config, pct, rss_kb, up, wait_answers
 from bench.w2_agents import MODEL_URL
@@ -69,7 +78,6 @@ from workers.demo import signed_request
 
 POLL = 0.25
 """Seconds between a client's polls, as the issue's users poll (``--poll``)."""
-REDIS_DB = int(os.environ.get("AIRLOCK_BENCH_REDIS_DB", "6"))
 WORKER_APP = "airlock-w2-worker"
 API_APP = "airlock-w2-api"
 DRAIN = 120.0
@@ -207,7 +215,7 @@ def worker_command(worker_args: str) -> list[str]:
 def airlock(
     model_url: str, worker_args: str, tmp: Path, settings: dict[str, str]
 ) -> Iterator[tuple[Stack, str]]:
-    broker = f"redis://127.0.0.1:6379/{REDIS_DB}"
+    broker = redis_url()
     redis.Redis.from_url(broker).flushdb()
     with temporary_database() as url:
         config = bench_config(url, broker, tmp) | {"AIRLOCK_AGENTS": "bench.w2_agents:AGENTS"}

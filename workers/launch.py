@@ -14,17 +14,18 @@ from __future__ import annotations
 import os
 import sys
 
-from workers.worker_options import worker_arguments
+from workers.worker_options import usage_error, worker_arguments
 
 
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["worker"]:
         arguments = worker_arguments(argv[1:], os.environ)
-        from celery import maybe_patch_concurrency  # noqa: PLC0415 - before anything else
+        if usage_error(arguments) is None:  # else the command says what is wrong
+            from celery import maybe_patch_concurrency  # noqa: PLC0415 - before anything else
 
-        # patches the standard library for -P gevent (or eventlet), as `celery worker` does
-        maybe_patch_concurrency(["worker", *arguments])
+            # patches the standard library for -P gevent (or eventlet), as `celery worker` does
+            maybe_patch_concurrency(["worker", *arguments])
     from workers.cli import main as cli  # noqa: PLC0415 - after the patches
 
     cli()

@@ -1,7 +1,7 @@
 """Airlock as it ships: the wheel installed in a virtualenv of its own, its commands run
 from an empty folder with nothing but environment variables, against PostgreSQL (a
 database of the test's own, empty until ``airlock db upgrade``) and Redis (the tests'
-db number, ``AIRLOCK_TEST_REDIS_DB``)."""
+db number, as tests/integration/conftest.py chooses it)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import IN_CI, POSTGRES_URL, ROOT
+from tests.integration.conftest import SHARED_REDIS
 from tests.integration.harness import Process, wait_for
-
-REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_DB = int(os.environ.get("AIRLOCK_TEST_REDIS_DB", "11"))
 
 SOURCES = ("pyproject.toml", "README.md", "loop", "persistence", "providers", "workers")
 """What the Dockerfile's first stage copies to build the wheel: nothing else."""
@@ -106,13 +104,13 @@ def database() -> Iterator[str]:
 @pytest.fixture
 def broker() -> str:
     """The tests' Redis db, emptied."""
-    url = f"{REDIS_URL}/{REDIS_DB}"
+    url = SHARED_REDIS
     try:
         client = redis.Redis.from_url(url)
         client.flushdb()
         client.close()
     except redis.RedisError as exc:
-        unavailable(f"Redis at {REDIS_URL} is not reachable: {exc}")
+        unavailable(f"Redis at {SHARED_REDIS} is not reachable: {exc}")
     return url
 
 
