@@ -1,5 +1,6 @@
-"""The keeper of the segments a process runs: it renews their leases and writes the
-events they hold, from one thread per process (or, in tests, step by step)."""
+"""The keeper of the segments a process runs: it renews their leases, from an OS thread
+of the process, and writes the events they hold, from a thread of the worker's pool (or,
+in tests, step by step)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from persistence.store import LeaseLostError, RunStore
+from workers import native
 from workers.events import RunEventSink
 
 log = logging.getLogger("airlock")
@@ -25,11 +27,20 @@ class Keeper:
     segment is not reclaimed, and writes the events a segment has held for up to
     ``delay``, so a long model call does not hide what came before it.
 
-    One thread per process while any segment runs (started by the process that needs
-    it: a Celery pool child is forked without its parent's threads; gone when no
-    segment is left), instead of one per segment, whose start and join would cost
-    more than a short segment's writes. With ``sleep=None`` it starts no thread: its
-    holder calls ``tick`` (tests step it, with their own ``clock``)."""
+    Two threads per process while any segment runs (started by the process that needs
+    them: a Celery pool child is forked without its parent's threads; gone when no
+    segment is left), instead of one per segment, whose start and join would cost more
+    than a short segment's writes:
+
+    - the renewer, an OS thread (``workers.native``) on a connection of its own,
+      renewing every lease of the process in one statement: under a gevent worker it
+      goes on while hundreds of segments wait on their models and while one holds the
+      CPU, and it never waits for a connection of the segments' pools;
+    - the writer of held events, a thread of the pool's kind (a greenlet under gevent),
+      since it shares each segment's sink and connections.
+
+    With ``sleep=None`` it starts no thread: its holder calls ``tick`` (tests step it,
+    with their own ``clock``)."""
 
     def __init__(
         self,
@@ -50,9 +61,10 @@ class Keeper:
         self._renew_every = lease.total_seconds() / 3
         self._renew_at: float | None = None
         self._held: dict[str, tuple[str, RunEventSink]] = {}
-        self._lock = threading.Lock()
-        self._busy = threading.Lock()
-        self._thread: tuple[int, threading.Thread] | None = None
+        self._lock = native.lock()  # held for dictionary operations only
+        self._writer: int | None = None
+        self._renewer: int | None = None
+        """The process whose thread runs (a forked child starts its own)."""
 
     def sink(self, run_id: str, owner: str) -> RunEventSink:
         """The event sink of a segment, on the keeper's clock."""
@@ -60,45 +72,83 @@ class Keeper:
 
     @contextmanager
     def hold(self, run_id: str, owner: str, sink: RunEventSink) -> Iterator[None]:
+        pid = os.getpid()
         with self._lock:
             if self._renew_at is None:
                 self._renew_at = self.clock() + self._renew_every
-            if self._sleep is not None and (self._thread is None or self._thread[0] != os.getpid()):
-                thread = threading.Thread(target=self._keep, name="airlock-keeper", daemon=True)
-                self._thread = (os.getpid(), thread)
-                thread.start()
             self._held[run_id] = (owner, sink)
+            start_writer = self._sleep is not None and self._writer != pid
+            start_renewer = self._sleep is not None and self._renewer != pid
+            if start_writer:
+                self._writer = pid
+            if start_renewer:
+                self._renewer = pid
+        # started outside the lock: under gevent, starting a thread (a greenlet) waits
+        # for it in the hub, and another segment waiting on the lock would stop the hub
+        if start_writer:
+            threading.Thread(target=self._write_loop, name="airlock-keeper", daemon=True).start()
+        if start_renewer:
+            native.start_thread(self._renew_loop)
         try:
             yield
         finally:
             with self._lock:
                 self._held.pop(run_id, None)
-            with self._busy:
-                pass  # a renewal in flight ends before the segment does
 
-    def _keep(self) -> None:
+    def _write_loop(self) -> None:
         assert self._sleep is not None
         while True:
             self._sleep(self.interval)
-            if not self.tick():
+            if not self.write_held():
+                return
+
+    def _renew_loop(self) -> None:
+        while True:
+            native.sleep(self._renew_every)
+            if not self.renew():
                 return
 
     def tick(self) -> bool:
-        """One pass: write the events that have waited, renew the leases that are due.
-        False when no segment is held (the thread then ends)."""
-        with self._busy:
-            with self._lock:
-                held = list(self._held.items())
-                if not held:
-                    self._thread = None
-                    self._renew_at = None
-                    return False
-            for run_id, (_, sink) in held:
-                self._flush(run_id, sink)
-            if self._renew_at is not None and self.clock() >= self._renew_at:
-                self._renew_at = self.clock() + self._renew_every
-                for run_id, (owner, _) in held:
-                    self._renew_one(run_id, owner)
+        """One pass, as the threads would: write the events that have waited, renew the
+        leases if due. False when no segment is held."""
+        if not self.write_held():
+            return False
+        if self._renew_at is not None and self.clock() >= self._renew_at:
+            self._renew_at = self.clock() + self._renew_every
+            self.renew()
+        return True
+
+    def write_held(self) -> bool:
+        """Write the events that have waited. False when no segment is held (the
+        writer thread then ends)."""
+        with self._lock:
+            held = list(self._held.items())
+            if not held:
+                self._writer = None
+                self._renew_at = None
+                return False
+        for run_id, (_, sink) in held:
+            self._flush(run_id, sink)
+        return True
+
+    def renew(self) -> bool:
+        """Renew every held lease, in one statement. False when no segment is held (the
+        renewer thread then ends)."""
+        with self._lock:
+            owners = {run_id: owner for run_id, (owner, _) in self._held.items()}
+            if not owners:
+                self._renewer = None
+                return False
+        try:
+            renewed = self._store.transitions.renew_leases(owners, self._lease, apart=True)
+        except Exception:
+            log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
+            return True
+        for run_id in owners.keys() - renewed:
+            with self._lock:  # a segment that has just ended gave its lease back
+                lost = self._held.get(run_id, ("",))[0] == owners[run_id]
+            if lost:
+                log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
         return True
 
     def _flush(self, run_id: str, sink: RunEventSink) -> None:
@@ -112,13 +162,3 @@ class Keeper:
                 extra={"action": "events.error", "run_id": run_id},
                 exc_info=True,
             )
-
-    def _renew_one(self, run_id: str, owner: str) -> None:
-        try:
-            if not self._store.transitions.renew_lease(run_id, owner, self._lease):
-                with self._lock:  # a segment that has just ended gave its lease back
-                    lost = run_id in self._held
-                if lost:
-                    log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
-        except Exception:
-            log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)

@@ -3,6 +3,7 @@ cache of the hot statements built once per shape."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ class Connections:
         self._holder: int | None = None
         self._held: dict[Engine, Connection] = {}
         self._statements: dict[Hashable, Any] = {}
+        self._apart: tuple[int, Engine] | None = None
         if self.postgres:
             self._autocommit = _autocommit(engine)
             self._leases = _autocommit(engine, synchronous_commit=False)
@@ -40,9 +42,10 @@ class Connections:
         for held in self._held.values():
             held.close()
         self._held = {}
-        for sibling in (self._autocommit, self._leases):
+        for sibling in (self._autocommit, self._leases, self._apart and self._apart[1]):
             if sibling is not None:
                 sibling.dispose()
+        self._apart = None
 
     def statement(self, key: Hashable, build: Callable[[], T]) -> T:
         """A statement of the hot path, built once per shape (``key``) with bind
@@ -82,6 +85,25 @@ class Connections:
         else:
             with engine.connect() as conn:
                 yield conn
+
+    @contextmanager
+    def apart(self) -> Iterator[Connection]:
+        """For one statement of the process's lease renewer, a native thread: on
+        PostgreSQL, on a connection of its own (an engine per process used by that
+        thread alone, so its pool opens one connection; commits not waiting for the
+        disk), never the segments' pools, whose locks are the gevent hub's under a
+        gevent worker and whose connections may all be busy. On SQLite, as ``one``."""
+        if self._leases is None:  # SQLite
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        pid = os.getpid()
+        if self._apart is None or self._apart[0] != pid:  # a forked child makes its own
+            if self._apart is not None:
+                self._apart[1].dispose(close=False)  # the parent's connections stay its own
+            self._apart = (pid, _autocommit(self.engine, synchronous_commit=False))
+        with self._apart[1].connect() as conn:
+            yield conn
 
     @contextmanager
     def _held_connection(self, engine: Engine) -> Iterator[Connection]:

@@ -5,12 +5,12 @@ sees the new status also sees why, and a caller that lost the race changes nothi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, select, update
+from sqlalchemy import ColumnElement, bindparam, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Update
 
@@ -23,6 +23,8 @@ from persistence.store.context import Context
 from persistence.store.dialects import Writes
 
 RUNS = sql.RUNS
+RENEW_CHUNK = 500
+"""Leases renewed per statement (bounds its parameters)."""
 
 
 @dataclass(frozen=True)
@@ -163,18 +165,32 @@ class Transitions:
         )
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
-        rid = parse_run_id(run_id)
-        with self._ctx.conns.one(durable=False) as s:
-            result = s.execute(
+        return run_id in self.renew_leases({run_id: owner}, lease)
+
+    def renew_leases(
+        self, held: Mapping[str, str], lease: timedelta, *, apart: bool = False
+    ) -> set[str]:
+        """Renew the leases of many running runs (run id → its owner) in one statement
+        per ``RENEW_CHUNK`` of them; the ids renewed. A run no longer running, or
+        whose lease another owner holds, is not. ``apart``: on the connection kept
+        for the process's lease renewer (``Connections.apart``)."""
+        renewed: set[str] = set()
+        pairs = [(rid, owner) for run_id, owner in held.items() if (rid := parse_run_id(run_id))]
+        for start in range(0, len(pairs), RENEW_CHUNK):
+            chunk = pairs[start : start + RENEW_CHUNK]
+            statement = (
                 update(RUNS)
                 .where(
-                    RUNS.c.id == rid,
+                    tuple_(RUNS.c.id, RUNS.c.lease_owner).in_(chunk),
                     sql.status_in(RunStatus.RUNNING.value),
-                    RUNS.c.lease_owner == owner,
                 )
                 .values(lease_expires_at=self._ctx.now() + lease)
+                .returning(RUNS.c.id)
             )
-            return int(result.rowcount) == 1
+            conns = self._ctx.conns
+            with conns.apart() if apart else conns.one(durable=False) as s:
+                renewed.update(str(rid) for rid in s.execute(statement).scalars())
+        return renewed
 
     def _counters(self, state: SuspendedRunState) -> dict[str, Any]:
         return {

@@ -136,6 +136,34 @@ def test_only_the_lease_owner_renews(repo: RunStore, clock: FakeClock) -> None:
     assert repo.runs.require(run.id).lease_expires_at == clock.now + LEASE
 
 
+def test_leases_are_renewed_together_each_by_its_owner_only(
+    repo: RunStore, clock: FakeClock
+) -> None:
+    """One statement renews every lease a process holds: each only for its owner and
+    while its run runs; what it did not renew is named by its absence."""
+    mine = [repo.runs.create("mailer", f"x{i}")[0] for i in range(3)]
+    for run in mine:
+        repo.transitions.claim(run.id, "w1", LEASE)
+    theirs, _ = repo.runs.create("mailer", "y")
+    repo.transitions.claim(theirs.id, "w2", LEASE)
+    given_back = mine[2]
+    assert repo.transitions.requeue(given_back.id, "w1")
+    queued, _ = repo.runs.create("mailer", "z")
+    clock.advance(seconds=10)
+
+    held = {run.id: "w1" for run in mine} | {theirs.id: "w1", queued.id: "w1", "nonsense": "w1"}
+    renewed = repo.transitions.renew_leases(held, LEASE, apart=True)
+
+    assert renewed == {mine[0].id, mine[1].id}
+    for run in mine[:2]:
+        assert repo.runs.require(run.id).lease_expires_at == clock.now + LEASE
+    claimed_at = clock.now - timedelta(seconds=10)
+    assert repo.runs.require(theirs.id).lease_expires_at == claimed_at + LEASE
+    assert repo.runs.require(given_back.id).status is RunStatus.QUEUED
+    assert repo.runs.require(queued.id).lease_owner is None
+    assert repo.transitions.renew_leases({}, LEASE) == set()
+
+
 def test_suspend_stores_checkpoint_counters_and_digest(repo: RunStore, clock: FakeClock) -> None:
     run, _ = repo.runs.create("mailer", "x")
     repo.transitions.claim(run.id, "w1", LEASE)

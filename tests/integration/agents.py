@@ -3,6 +3,7 @@ test can count, across processes, how often each call really ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -92,13 +93,18 @@ class FreshIdsModel:
 
 
 class SlowModel(ScriptedModel):
-    """W1's script, each call taking ``AIRLOCK_TEST_MODEL_SECONDS`` (default 2 s) as a
-    real model's does: the segment waits on it (``time.sleep``, which gevent's worker
-    has patched to wait in its greenlet)."""
+    """W1's script, each call taking ``AIRLOCK_TEST_MODEL_SECONDS`` (default 2 s), or
+    what the file ``model_seconds`` beside the outbox says while it exists, as a real
+    model's does: the segment waits on it (``time.sleep``, which gevent's worker has
+    patched to wait in its greenlet)."""
 
     def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
         _record_model()
-        time.sleep(float(os.environ.get("AIRLOCK_TEST_MODEL_SECONDS", "2")))
+        seconds = os.environ.get("AIRLOCK_TEST_MODEL_SECONDS", "2")
+        outbox = os.environ.get("AIRLOCK_TEST_OUTBOX")
+        with contextlib.suppress(OSError, ValueError):
+            seconds = Path(outbox or "").with_name("model_seconds").read_text()
+        time.sleep(float(seconds))
         return super().complete(transcript, tools)
 
 
@@ -107,6 +113,18 @@ def _record_model() -> None:
     if outbox:
         with Path(outbox).open("a") as fh:
             fh.write("model.start -\n")
+
+
+@tool
+def crunch(seconds: float, ctx: ToolContext) -> str:
+    """Compute for ``seconds`` (read-only), never yielding the CPU: under gevent's
+    worker no other greenlet runs meanwhile."""
+    _record("crunch.start", ctx)
+    until, spins = time.monotonic() + seconds, 0
+    while time.monotonic() < until:
+        spins += 1
+    _record("crunch", ctx)
+    return f"crunched {spins}"
 
 
 @tool(effect=Effect.WRITE, approvers=["payments"])
@@ -172,6 +190,7 @@ AGENTS = [
     ),
     _agent("slow_read", w1(lookup_seconds=4.0)),
     Agent(name="slow_model", model=SlowModel(w1()), tools=[lookup, send_email]),
+    Agent(name="cpu_read", model=ScriptedModel(one_call("crunch", seconds=6.0)), tools=[crunch]),
     _agent("slow_write", w1(send_seconds=4.0)),
     _agent("very_slow_read", w1(lookup_seconds=16.0)),
     _agent("expires_deny", w1(), approval_ttl=timedelta(seconds=1)),
