@@ -89,7 +89,11 @@ def make_app(config: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A broker's blip does not cancel the segments in flight (Celery's coming default
+        # would, up to 200 of them under gevent, each then waiting a lease to be redone):
+        # they go on and record their stops in the database; the messages the broker
+        # gives back are wake-ups of runs they hold, which their claim turns into no-ops
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,

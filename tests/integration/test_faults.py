@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from persistence.domain import RunStatus
 from tests.conftest import migrate
@@ -96,3 +97,34 @@ def test_redis_restart_with_a_segment_in_flight(
     fresh, _ = stack.service.start_run("w1", "mail again")
     stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
     assert "AttributeError" not in worker.output()
+
+
+@pytest.mark.parametrize("pool", ["prefork", "gevent"])
+def test_a_broker_blip_costs_no_segment_its_work(
+    make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, pool: str
+) -> None:
+    """Redis closes every client's connection (``CLIENT KILL``: a proxy's or a
+    failover's blip, Redis itself stays up) while segments wait on their models. The
+    worker reconnects; the segments in flight go on (their messages, given back by the
+    broker, are wake-ups of runs already claimed: no-ops), so every run reaches its
+    approval with its two model calls, none made twice and none waiting for a lease."""
+    runs = 6 if pool == "prefork" else 30
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=private_redis.url,
+        AIRLOCK_TEST_MODEL_SECONDS="3",
+        AIRLOCK_LEASE_SECONDS="600",  # a segment given up would wait this long to be redone
+    )
+    options = ("-P", pool) if pool == "gevent" else ("-c", str(runs))
+    worker = stack.worker(airlock=True, options=options)
+    ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
+    wait_for("every model call to start", lambda: stack.starts()["model.start -"] >= runs)
+    client = redis.Redis(port=private_redis.port)
+    assert client.client_kill_filter(_type="normal", skipme=True) > 0
+    client.close()
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    assert stack.starts()["model.start -"] == 2 * runs  # no segment ran twice
+    assert worker.alive, worker.output()[-3000:]
+    fresh, _ = stack.service.start_run("w1", "after the blip")
+    stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
