@@ -9,11 +9,13 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from loop.errors import AirlockError
+
 DEFAULT_DATABASE_URL = "sqlite:///./airlock.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-class ConfigurationError(ValueError):
+class ConfigurationError(AirlockError, ValueError):
     """A setting is missing or malformed; the message names the variable."""
 
 

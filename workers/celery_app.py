@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from celery.signals import beat_init, worker_init, worker_process_init
 from kombu import Queue
 
 from workers import embedded_broker, metrics, queues, redis_broker
+from workers.backoff import backoff
 from workers.notify import deliver_due
 from workers.publisher import Publisher
 from workers.service import EventType, Service, is_database_error
@@ -211,10 +211,6 @@ def _fresh_connections(**_: object) -> None:
     service().hold_connections()
 
 
-def _backoff(retries: int) -> float:
-    return float(min(60, 2**retries) * random.uniform(0.5, 1.5))
-
-
 @app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
 def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
     owner = f"{self.request.hostname}:{os.getpid()}:{self.request.id}:{self.request.retries}"
@@ -230,7 +226,7 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
         log.warning("database unavailable; retrying", extra={"action": "segment.db_retry"})
         raise self.retry(
             exc=exc,
-            countdown=_backoff(self.request.retries),
+            countdown=backoff(self.request.retries, cap=60),
             kwargs={"run_id": run_id, "take_over": owner},
         ) from exc
 

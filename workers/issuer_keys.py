@@ -21,6 +21,8 @@ import httpx
 from jwt import PyJWK, PyJWKSet
 from jwt.exceptions import PyJWTError
 
+from loop.errors import AirlockError
+
 LIFESPAN = 300.0
 """Seconds a fetched key set is used before it is fetched again (a known key keeps
 verifying, from the set it was in, until a fetch works)."""
@@ -33,12 +35,12 @@ MAX_SIZE = 256 * 1024
 """Bytes read of an answer from the issuer, at most."""
 
 
-class KeysUnavailableError(Exception):
+class KeysUnavailableError(AirlockError):
     """The issuer's keys cannot be had now (503): none were fetched yet, or the last
     fetch failed."""
 
 
-class UnknownKeyError(Exception):
+class UnknownKeyError(AirlockError):
     """No signing key of the issuer, as last fetched, has this id (401)."""
 
 

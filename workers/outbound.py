@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from pydantic import JsonValue
 
+from loop.errors import AirlockError
 from persistence.store import RunStore
 from persistence.store.outbox import Notification
+from workers.backoff import backoff
 
 log = logging.getLogger("airlock")
 
 
-class DeliveryError(Exception):
+class DeliveryError(AirlockError):
     """The receiver did not accept the notification: retried later, unless ``final``
     (an answer that another attempt would not change, such as a 404)."""
 
@@ -35,14 +36,10 @@ Raises ``DeliveryError`` unless the receiver accepted it (a 2xx)."""
 
 MAX_DELIVERIES = 12
 """Tries of one notification before it is given up (kept, and counted, in the outbox):
-about 40 minutes of retries with ``retry_in``'s backoff."""
+about 40 minutes of retries with ``workers.backoff``'s (capped at 10 minutes)."""
 TAKE_FOR = timedelta(seconds=60)
 """How long a deliverer holds a notification it took: longer than a delivery's timeout,
 so no other deliverer sends it meanwhile; if the deliverer dies, it is due again."""
-
-
-def retry_in(attempts: int) -> float:
-    return float(min(600, 2**attempts) * random.uniform(0.5, 1.5))
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,11 @@ def _deliver(store: RunStore, taken: Notification, send: Send, render: Render) -
     try:
         status = send(body, taken.webhook_id)
     except DeliveryError as exc:
-        again = None if exc.final or taken.attempts >= MAX_DELIVERIES else retry_in(taken.attempts)
+        again = (
+            None
+            if exc.final or taken.attempts >= MAX_DELIVERIES
+            else backoff(taken.attempts, cap=600)
+        )
         store.outbox.failed(taken, body, str(exc), again, status_code=exc.status_code)
         if exc.status_code is not None:
             told["status"] = exc.status_code

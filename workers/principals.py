@@ -11,6 +11,7 @@ from pydantic import JsonValue
 
 from loop import Agent, Approve, Edit, SuspendedRunState
 from loop.decisions import Decisions
+from loop.errors import AirlockError
 from loop.gate import resolve
 
 Method = Literal["webhook", "oidc", "cli", "api", "inbox", "airlock"]
@@ -30,7 +31,7 @@ def check_name(value: str, what: str = "a principal's name") -> str:
     return value
 
 
-class ForbiddenError(Exception):
+class ForbiddenError(AirlockError):
     """The principal may not make this decision (403): a role it does not hold, its own
     run, or an ``approver`` that is not who it is."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from loop import DecisionError, StateError
+from loop import AirlockError, DecisionError, StateError
 from persistence.schema import SchemaState, SchemaStatus
 from persistence.store import BadCursorError, UnknownRunError
 from workers.principals import ForbiddenError
@@ -16,7 +16,7 @@ from workers.registry import UnknownAgentError
 from workers.service import ConflictError, IdempotencyMismatchError
 
 
-class ProblemError(Exception):
+class ProblemError(AirlockError):
     """An error answered as application/problem+json."""
 
     def __init__(self, status: int, title: str, detail: str, *, type: str = "about:blank") -> None:

@@ -14,11 +14,11 @@ import traceback
 from collections.abc import Iterable
 from types import ModuleType
 
-from loop import Agent
+from loop import Agent, AirlockError
 from persistence.db import ConfigurationError
 
 
-class UnknownAgentError(LookupError):
+class UnknownAgentError(AirlockError, LookupError):
     """No agent of this name is configured."""
 
 

@@ -5,7 +5,6 @@ memory past it."""
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +27,7 @@ from loop import (
 )
 from persistence.domain import Claim, RunStatus
 from persistence.store import Clock, Event, LeaseLostError, RunStore
+from workers.backoff import backoff
 from workers.decisions import to_loop_decisions
 from workers.events import Pending, RunEventSink
 from workers.keeper import Keeper
@@ -230,8 +230,8 @@ class Segments:
         return SegmentResult(Outcome.FAILED, error=error)
 
     def _retry_later(self, run: Claim, owner: str, exc: Exception) -> SegmentResult:
-        delay = min(self.limits.retry_max_delay, self.limits.retry_base_delay * 2**run.attempts)
-        delay *= random.uniform(0.5, 1.5)
+        limits = self.limits
+        delay = backoff(run.attempts, base=limits.retry_base_delay, cap=limits.retry_max_delay)
         if isinstance(exc, ModelError) and exc.retry_after:
             delay = max(delay, exc.retry_after)
         retry: Event = (

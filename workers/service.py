@@ -18,6 +18,7 @@ from loop import (
     check_decisions,
 )
 from loop.canonical import sha256_hex
+from loop.errors import AirlockError
 from persistence import schema
 from persistence.domain import (
     ACTIVE,
@@ -96,7 +97,7 @@ class Notify(Protocol):
         for the run. Losing it is safe: the beat delivers what is due."""
 
 
-class ConflictError(Exception):
+class ConflictError(AirlockError):
     """The run is not in a state that allows this."""
 
     def __init__(self, message: str, *, expired: bool = False) -> None:

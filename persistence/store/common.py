@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
+from loop.errors import AirlockError
+
 Clock = Callable[[], datetime]
 Event = tuple[str, dict[str, JsonValue]]
 """An audit event (kind, payload) written in the same statement as a transition."""
@@ -17,15 +19,15 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class UnknownRunError(LookupError):
+class UnknownRunError(AirlockError, LookupError):
     """No run has this id."""
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(AirlockError):
     """The run is no longer leased to the segment that meant to write to it."""
 
 
-class BadCursorError(ValueError):
+class BadCursorError(AirlockError, ValueError):
     """The pagination cursor is malformed."""
 
 

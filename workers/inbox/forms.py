@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from loop import Agent, PendingCall
+from loop.errors import AirlockError
 from workers.decisions import DecisionBody, refuse_unstorable
 
 SIMPLE = {"string", "integer", "number", "boolean"}
@@ -28,7 +29,7 @@ class Field:
     long: bool = False
 
 
-class FormError(ValueError):
+class FormError(AirlockError, ValueError):
     """The form does not make a decision (422, shown on the page)."""
 
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import JsonValue
 
+from loop.errors import AirlockError
 from persistence.store import RunStore, Slot
 from workers.principals import Method, Principal
 
@@ -40,7 +41,7 @@ class Session:
     """Its row's id: a decision made under it re-checks it is open, in its transaction."""
 
 
-class ThrottledError(Exception):
+class ThrottledError(AirlockError):
     """Too many failed sign-ins from this client or for this name (429)."""
 
     def __init__(self, retry_after: int, what: str) -> None:
