@@ -1,6 +1,6 @@
-"""Every relative link of README.md and of the pages in docs/ leads somewhere (issue 29):
-to a file of the repository, and where it names an anchor, to a heading of that page
-(as GitHub makes a heading's anchor)."""
+"""Every relative link of README.md, of the pages in docs/ and of BENCHMARKS.md leads
+somewhere (issue 29): to a file of the repository, and where it names an anchor, to a
+heading of that page (as GitHub makes a heading's anchor)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.docs.readme import ROOT, pages
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 CODE_SPAN = re.compile(r"`+[^`]*`+")
+LINKED = [*pages(), ROOT / "BENCHMARKS.md"]
 
 
 def prose(markdown: str) -> list[tuple[int, str]]:
@@ -64,7 +65,7 @@ def broken_links(page: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", LINKED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_leads_somewhere(page: Path) -> None:
     assert not broken_links(page), "\n".join(broken_links(page))
 
