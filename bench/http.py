@@ -2,10 +2,10 @@
 written whole and responses read by their Content-Length, with the few methods of
 ``httpx.Client`` that the W1 helpers use. On a 2-core host the load generator
 shares the cores with the API, the worker and the database, and whatever CPU it
-spends is taken from them: httpx costs about three times the CPU of the standard
-library's ``http.client``, which itself parses every response's headers with the
-``email`` package (measured in ``bench/results/approval_path.jsonl``'s ``clients``
-column before and after). Not a general client: a chunked response or a closed
+spends is taken from them: httpx costs more CPU than the standard library's
+``http.client``, which itself parses every response's headers with the ``email``
+package (measured in ``bench/results/approval_path.jsonl``'s ``clients`` column before
+and after; the figures are in BENCHMARKS.md). Not a general client: a chunked response or a closed
 connection is an error, never a silent retry (a retried create would make two
 runs)."""
 

@@ -4,7 +4,7 @@ or not. Retries are not done here: the worker's backoff handles them.
 
 Every call goes through one ``httpx.Client`` per process (``client()``): its pool keeps
 connections alive between calls, so a model call does not pay a new TCP and TLS
-handshake (nor a new client's set-up: about 27 ms of CPU each, measured), and
+handshake (nor a new client's set-up, its TLS context: CPU, see BENCHMARKS.md), and
 concurrent calls (segments of a gevent worker) each take a connection of their own.
 The timeout is per call."""
 

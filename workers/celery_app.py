@@ -46,7 +46,7 @@ def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
         # the folders are made with a channel (workers.embedded_broker)
         folder = config.broker_folder.resolve()
-        # Measured here: ~50 ms round trips at 0.05 s polling. A message read by a
+        # A worker finds a message at its next poll (every 0.05 s). A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
         return {
             "data_folder_in": str(folder / "queue"),
@@ -180,7 +180,7 @@ def pool_warning(pool_cls: object, queues: Iterable[str] = (QUEUE,)) -> str | No
     """What an operator should know of the worker's pool before it takes tasks: the
     threads pool waits about a second between tasks under load (Celery's deferred
     acknowledgement with ``acks_late`` and prefetch 1 outside prefork, celery#6941;
-    measured: 0.8 W1 runs/s with 4 clients, see BENCHMARKS.md). A consumer of
+    measured: see BENCHMARKS.md). A consumer of
     deliveries alone is not warned: each of its tasks delivers all that is due."""
     if getattr(pool_cls, "__module__", None) != THREADS_POOL or set(queues) == {NOTIFY_QUEUE}:
         return None

@@ -21,11 +21,11 @@ class Publisher:
     from ``app.amqp.as_task_v2``, through kombu's ``Producer`` to the default queue),
     on a producer each thread keeps. ``apply_async`` acquires a producer from the pool,
     merges the routing options, declares the queue and wraps the publish in a retry
-    for every message: about 0.5 ms more per wake-up here, on the path from an
-    approval to its resume (bench.publish, bench.approval_path). A publish that fails
+    for every message, on the path from an approval to its resume (what it costs:
+    bench.publish and bench.approval_path, in BENCHMARKS.md). A publish that fails
     (a stale connection, a broker that restarts) drops the thread's producer, whose
     connection is tried once and at once, and goes Celery's own way (``send_task``, with
-    its retry policy: a broker that is down costs what it cost before, ~0.6 s). If that
+    its retry policy: a broker that is down costs what it cost before). If that
     fails too, the error is the caller's: the run waits in the database, and the
     sweeper re-sends its wake-up."""
 

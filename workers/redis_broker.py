@@ -2,9 +2,10 @@
 command.
 
 kombu makes a ``redis.Redis`` for every publish, and for every message a worker takes
-and acknowledges (the unacked index's two pipelines). Making one costs about 90 µs
-of CPU here (its response callbacks are built in ``__init__``), close to the command's
-own round trip, and a W1 run takes at least six of them across the API and the worker.
+and acknowledges (the unacked index's two pipelines). Making one costs CPU close to
+the command's own round trip (its response callbacks are built in ``__init__``; the
+figure is in BENCHMARKS.md), and a W1 run takes at least six of them across the API
+and the worker.
 A client holds no connection of its own (its pool does), and redis-py's clients are
 safe to share between threads, so this channel keeps one for its pool, and makes
 another when the pool is replaced (after a fork, or when the channel closes).

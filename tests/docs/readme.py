@@ -1,9 +1,11 @@
-"""The code blocks of README.md, and how each is run (``tests/docs/test_readme.py``).
+"""The code blocks of README.md and of the pages in docs/, and how each is run
+(``tests/docs/test_readme.py``).
 
-Every fenced block is marked by the HTML comment on the line just before it:
+Every fenced block (a fence at the start of its line) is marked by the HTML comment on
+the line just before it:
 
-- ``<!-- runs -->``: run in order, in one temporary folder, as one shell session would
-  (a ``bash`` block: variables set by one are seen by the next, with ``set -euo
+- ``<!-- runs -->``: run in order, in one temporary folder per page, as one shell session
+  would (a ``bash`` block: variables set by one are seen by the next, with ``set -euo
   pipefail``, so an unset variable fails it; a ``python`` block: run by the session's
   Python);
 - ``<!-- runs; ready when URL answers -->``: the same, then the session waits until
@@ -15,7 +17,8 @@ Every fenced block is marked by the HTML comment on the line just before it:
 - ``<!-- not run: REASON -->``: shown, never run, and the reason says why.
 
 The session's folder holds a ``.venv`` (the virtualenv the tests run in, as the quick
-start made it). Run as ``python -m tests.docs.readme FOLDER``, the session runs there;
+start made it). Run as ``python -m tests.docs.readme FOLDER [--page docs/NAME.md]``, the
+session runs the page's blocks (the README's by default) there;
 the test runs it so in a private network (and process) namespace where it can, so the
 README's ``localhost:8000`` is its own.
 """
@@ -37,6 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 SHELLS = ("bash", "sh", "shell")
 BLOCK_TIMEOUT = 180.0
 READY_TIMEOUT = 90.0
@@ -79,10 +83,11 @@ class Block:
     language: str
     text: str
     comment: str | None  # the HTML comment on the line just before the fence
+    page: str = "README.md"  # the page's path in the repository
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.page}:{self.line}"
 
     def mark(self) -> Mark:
         """What to do with the block; ValueError when it is unmarked or cannot be run."""
@@ -100,7 +105,7 @@ class Block:
         return mark
 
 
-def blocks(markdown: str) -> list[Block]:
+def blocks(markdown: str, page: str = "README.md") -> list[Block]:
     lines = markdown.splitlines()
     found: list[Block] = []
     i = 0
@@ -110,17 +115,38 @@ def blocks(markdown: str) -> list[Block]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         if end is None:
-            raise ValueError(f"README.md:{i + 1}: a block that is never closed")
+            raise ValueError(f"{page}:{i + 1}: a block that is never closed")
         before = lines[i - 1].strip() if i > 0 else ""
         comment = re.fullmatch(r"<!--\s*(.*?)\s*-->", before)
         text = "\n".join(lines[i + 1 : end]) + "\n"
-        found.append(Block(i + 1, lines[i][3:].strip(), text, comment and comment[1]))
+        found.append(Block(i + 1, lines[i][3:].strip(), text, comment and comment[1], page))
         i = end + 1
     return found
 
 
+def pages() -> list[Path]:
+    """The README and every page in docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def page_blocks(page: Path) -> list[Block]:
+    return blocks(page.read_text(), str(page.relative_to(ROOT)))
+
+
 def readme_blocks() -> list[Block]:
-    return blocks(README.read_text())
+    return page_blocks(README)
+
+
+def runs_anything(page: Path) -> bool:
+    """Whether a block of ``page`` is run or written in its session (an unmarked
+    block is ``test_every_block_is_marked``'s to report)."""
+    for block in page_blocks(page):
+        try:
+            if isinstance(block.mark(), Runs | File):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def base_environment() -> dict[str, str]:
@@ -138,7 +164,7 @@ class BlockFailedError(AssertionError):
 
 
 class Session:
-    """The README's ``runs`` and ``file`` blocks, in order, in ``folder``."""
+    """A page's ``runs`` and ``file`` blocks, in order, in ``folder``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -253,11 +279,11 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
-def run_session(folder: Path) -> None:
-    """Every ``runs`` and ``file`` block of the README, in order, in ``folder``."""
+def run_session(folder: Path, page: Path = README) -> None:
+    """Every ``runs`` and ``file`` block of ``page``, in order, in ``folder``."""
     session = Session(folder)
     try:
-        for block in readme_blocks():
+        for block in page_blocks(page):
             session.run(block)
     finally:
         session.stop()
@@ -274,12 +300,13 @@ def loopback_up() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("folder", type=Path)
+    parser.add_argument("--page", type=Path, default=README, help="README.md by default")
     parser.add_argument("--private-network", action="store_true")
     args = parser.parse_args()
     if args.private_network:
         loopback_up()
     try:
-        run_session(args.folder.resolve())
+        run_session(args.folder.resolve(), (ROOT / args.page).resolve())
     except BlockFailedError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None

@@ -1,6 +1,7 @@
-"""README.md runs as written (issue 27, defect 7): every fenced block is marked with how
-it is run, or why it is not (see ``tests/docs/readme.py``), and the blocks that run, run.
-A block added without a mark fails the first test, so the README stays true."""
+"""README.md and the pages in docs/ run as written (issue 27, defect 7): every fenced
+block is marked with how it is run, or why it is not (see ``tests/docs/readme.py``), and
+the blocks that run, run. A block added without a mark fails the first test, so the
+pages stay true. The blocks that moved from the README to docs/ (issue 29) run there."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.docs.readme import (
+    DOCS,
+    README,
     ROOT,
     Block,
     File,
@@ -21,15 +24,19 @@ from tests.docs.readme import (
     Runs,
     base_environment,
     blocks,
+    page_blocks,
+    pages,
     readme_blocks,
+    runs_anything,
 )
 
 ISOLATE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc"]
 
 
-def test_every_block_is_marked() -> None:
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_is_marked(page: Path) -> None:
     problems = []
-    for block in readme_blocks():
+    for block in page_blocks(page):
         try:
             block.mark()
         except ValueError as exc:
@@ -42,6 +49,13 @@ def test_the_tutorial_and_the_quick_start_are_run() -> None:
     assert sum(isinstance(m, FreshCopy) for m in marks) == 1
     assert File("myagents.py") in marks
     assert any(isinstance(m, Runs) and m.ready for m in marks)
+
+
+def test_the_blocks_moved_from_the_readme_are_run_where_they_went() -> None:
+    """The README ran these Python blocks before they moved to docs/ (issue 29)."""
+    for name in ("models.md", "principals.md"):
+        marks = [b.mark() for b in page_blocks(DOCS / name) if b.language == "python"]
+        assert Runs() in marks, name
 
 
 @pytest.mark.parametrize(
@@ -93,10 +107,25 @@ def _port_8000_free() -> bool:
 
 
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
-    folder = tmp_path / "tutorial"
+    _runs_as_written(README, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in pages() if p != README and runs_anything(p)],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_each_page_runs_as_written(page: Path, tmp_path: Path) -> None:
+    _runs_as_written(page, tmp_path)
+
+
+def _runs_as_written(page: Path, tmp_path: Path) -> None:
+    """The page's session, in a folder of its own with the quick start's virtualenv."""
+    folder = tmp_path / "session"
     folder.mkdir()
     (folder / ".venv").symlink_to(Path(sys.prefix))  # the quick start's virtualenv
-    session = [sys.executable, "-m", "tests.docs.readme", str(folder)]
+    where = str(page.relative_to(ROOT))
+    session = [sys.executable, "-m", "tests.docs.readme", str(folder), "--page", where]
     isolate = _isolation()
     if isolate is not None:
         session = [*isolate, *session, "--private-network"]

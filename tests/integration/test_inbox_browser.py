@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SCREENSHOTS = os.environ.get("AIRLOCK_SCREENSHOTS") == "docs"
-"""Set to ``docs`` to refresh the README's screenshots in docs/ (by default they go to
+"""Set to ``docs`` to refresh docs/inbox.md's screenshots in docs/ (by default they go to
 the test's own folder, so a test run leaves the tree as it was)."""
 FLAGS = [
     "--no-sandbox",
