@@ -1,5 +1,5 @@
-"""A wake-up's publish, as the API and the workers send it (``celery_app.Publisher``:
-Celery's own message on a producer each thread keeps) against ``send_task`` (the
+"""A wake-up's publish, as the API and the workers send it (``workers.publisher``:
+``send_task`` given a producer each thread keeps) against plain ``send_task`` (the
 baseline: what ``apply_async`` calls), on the local Redis, measured in the same run.
 
     .venv/bin/python -m bench.publish [--n 300]

@@ -17,17 +17,17 @@ log = logging.getLogger("airlock")
 
 
 class Publisher:
-    """Publishes a task message as ``apply_async`` does (Celery's own protocol-2 message,
-    from ``app.amqp.as_task_v2``, through kombu's ``Producer`` to the default queue),
-    on a producer each thread keeps. ``apply_async`` acquires a producer from the pool,
-    merges the routing options, declares the queue and wraps the publish in a retry
-    for every message, on the path from an approval to its resume (what it costs:
-    bench.publish and bench.approval_path, in BENCHMARKS.md). A publish that fails
-    (a stale connection, a broker that restarts) drops the thread's producer, whose
-    connection is tried once and at once, and goes Celery's own way (``send_task``, with
-    its retry policy: a broker that is down costs what it cost before). If that
-    fails too, the error is the caller's: the run waits in the database, and the
-    sweeper re-sends its wake-up."""
+    """Publishes a task with Celery's documented ``send_task``, given a producer each
+    thread keeps (its ``producer`` option): ``send_task`` on its own acquires a
+    producer from the pool, declares the queue and wraps the publish in a retry for
+    every message, on the path from an approval to its resume (what that costs:
+    bench.publish and bench.approval_path, in BENCHMARKS.md). Celery's routing, its
+    message and its publish signals are those of any ``send_task``. A publish that
+    fails (a stale connection, a broker that restarts) drops the thread's producer,
+    whose connection is tried once and at once, and goes Celery's own way (``send_task``
+    with its pool and its retry policy: a broker that is down costs what it cost
+    before). If that fails too, the error is the caller's: the run waits in the
+    database, and the sweeper re-sends its wake-up."""
 
     def __init__(self, celery: Celery, queue: str) -> None:
         self._celery = celery
@@ -38,20 +38,9 @@ class Publisher:
     def __call__(self, name: str, args: tuple[Any, ...]) -> str:
         """Publish task ``name`` with ``args``; returns the task's id."""
         task_id = uuid()
-        message = self._celery.amqp.as_task_v2(
-            task_id, name, args, {}, ignore_result=True, argsrepr=repr(args), kwargsrepr="{}"
-        )
+        options: dict[str, Any] = {"task_id": task_id, "queue": self._queue, "ignore_result": True}
         try:
-            self._producer().publish(
-                message.body,
-                exchange="",
-                routing_key=self._queue,
-                serializer="json",
-                delivery_mode=2,
-                headers=message.headers,
-                retry=False,
-                **message.properties,
-            )
+            self._celery.send_task(name, args, producer=self._producer(), retry=False, **options)
         except Exception as exc:
             self._forget()
             log.info(
@@ -60,7 +49,7 @@ class Publisher:
             )
             # the same task id: were the first one delivered after all, its duplicate
             # is a wake-up that finds nothing to claim
-            self._celery.send_task(name, args, task_id=task_id, ignore_result=True)
+            self._celery.send_task(name, args, **options)
         return task_id
 
     def _producer(self) -> Producer:
