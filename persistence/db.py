@@ -36,7 +36,6 @@ def normalise_url(url: str) -> str:
             f"AIRLOCK_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {url!r}"
         )
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() != "psycopg":
-        # the hot statements are sent through psycopg itself (persistence.driver)
         raise ConfigurationError(
             "AIRLOCK_DATABASE_URL: PostgreSQL is reached through psycopg 3"
             f" (postgresql:// or postgresql+psycopg://), not {parsed.get_driver_name()!r}"

@@ -11,9 +11,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import ClauseElement
-
-from persistence.driver import DriverStatement
 
 T = TypeVar("T")
 
@@ -55,11 +52,6 @@ class Connections:
         if statement is None:
             statement = self._statements[key] = build()
         return statement
-
-    def driver(self, key: Hashable, build: Callable[[], ClauseElement]) -> DriverStatement:
-        """A hot PostgreSQL statement, sent through the driver (see ``persistence.driver``)."""
-        dialect = self.engine.dialect
-        return self.statement(("driver", key), lambda: DriverStatement(build(), dialect))
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:

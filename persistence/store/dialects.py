@@ -10,14 +10,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import psycopg
 from pydantic import JsonValue
 from sqlalchemy import Select, Table, func, insert
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.sql.dml import Insert, Update
 
 from persistence.crypto import StateCipher
@@ -118,19 +117,19 @@ class _Statements:
         self._cipher = cipher
         self._now = clock
 
-
-class PostgresStatements(_Statements):
     def hot(
         self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
     ) -> Sequence[Any] | None:
-        cursor = self._conns.driver(key, build).execute(s, params)
-        return cursor.fetchone() if cursor.description else None
+        result = s.execute(self._conns.statement(key, build), params)
+        return result.first() if result.returns_rows else None
 
     def read(
         self, s: Connection, key: Hashable, build: Callable[[], Select[Any]], params: Any
     ) -> Mapping[Any, Any] | None:
-        return self._conns.driver(key, build).first(s, params)
+        return s.execute(self._conns.statement(key, build), params).mappings().first()
 
+
+class PostgresStatements(_Statements):
     def with_events(
         self,
         s: Connection,
@@ -163,7 +162,7 @@ class PostgresStatements(_Statements):
         writes: Writes,
         *,
         numbers: bool,
-    ) -> psycopg.Cursor[Any]:
+    ) -> CursorResult[Any]:
         """One statement: the UPDATE feeds the events' INSERT (and the ledger's and the
         outbox's) in CTEs."""
         events, calls, notify, start = writes.events, writes.calls, writes.notify, writes.start
@@ -183,8 +182,11 @@ class PostgresStatements(_Statements):
             params |= sql.notify_params(notify, now)
         if start is not None:
             params |= {f"s_{c}": v for c, v in start.items()}
-        driver = self._conns.driver(("events", key, k, m, o, a, numbers), statement)
-        return driver.execute(s, params)
+        built = self._conns.statement(
+            ("events", key, k, m, o, a, numbers),
+            lambda: statement().execution_options(preserve_rowcount=True),
+        )
+        return s.execute(built, params)
 
     def insert_run(self, s: Connection, values: dict[str, Any], first_event: Event | None) -> None:
         if first_event is None:
@@ -192,9 +194,11 @@ class PostgresStatements(_Statements):
             return
         kind, payload = first_event[0], self._cipher.seal_json(first_event[1])
         columns = tuple(values)
-        statement = self._conns.driver(("create", columns), lambda: sql.create_statement(columns))
+        statement = self._conns.statement(
+            ("create", columns), lambda: sql.create_statement(columns)
+        )
         params = {f"r_{c}": v for c, v in values.items()}
-        statement.execute(s, params | {"e_kind": kind, "e_payload": payload})
+        s.execute(statement, params | {"e_kind": kind, "e_payload": payload})
 
     def decide(
         self,
@@ -207,13 +211,15 @@ class PostgresStatements(_Statements):
     ) -> bool:
         k = len(events)
         moving = functools.partial(sql.waiting_to_queued, expiry=expiry)
-        statement = self._conns.driver(
-            ("decide", k, expiry), lambda: sql.decide_statement(k, moving)
+        statement = self._conns.statement(
+            ("decide", k, expiry),
+            # an INSERT's row count is kept only when asked (SQLAlchemy closes its cursor)
+            lambda: sql.decide_statement(k, moving).execution_options(preserve_rowcount=True),
         )
         params = params | {f"d_{c}": v for c, v in row.items()}
         if events:
             params |= sql.event_params(events, params["now"], self._cipher)
-        return statement.execute(s, params).rowcount > 0
+        return s.execute(statement, params).rowcount > 0
 
     def record_calls(self, s: Connection, rows: Sequence[dict[str, Any]]) -> None:
         s.execute(pg_insert(sql.CALLS).on_conflict_do_nothing(index_elements=sql.CALL_KEY), rows)
@@ -226,17 +232,6 @@ class PostgresStatements(_Statements):
 
 
 class SqliteStatements(_Statements):
-    def hot(
-        self, s: Connection, key: Hashable, build: Callable[[], Insert | Update], params: Any
-    ) -> Sequence[Any] | None:
-        result = s.execute(self._conns.statement(key, build), params)
-        return result.first() if result.returns_rows else None
-
-    def read(
-        self, s: Connection, key: Hashable, build: Callable[[], Select[Any]], params: Any
-    ) -> Mapping[Any, Any] | None:
-        return s.execute(self._conns.statement(key, build), params).mappings().first()
-
     def with_events(
         self,
         s: Connection,

@@ -16,7 +16,6 @@ from sqlalchemy.sql.dml import Update
 
 from loop import StateError, SuspendedRunState, Usage
 from persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
-from persistence.models import from_db_text
 from persistence.store import sql
 from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
@@ -145,7 +144,6 @@ class Transitions:
         if row is None:
             return None
         _, agent, input, attempts, turn_digest, ledger, sealed, decision, approver = row
-        input = from_db_text(input)  # the driver's rows skip the column types' processing
         unreadable = None
         try:
             input = self._ctx.cipher.open_text(input, "the run's input")

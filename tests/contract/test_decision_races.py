@@ -29,7 +29,6 @@ from loop import Agent, Effect, ExpiryAction, ScriptedModel, tool
 from loop.state import PendingCall, turn_digest
 from persistence.crypto import StateCipher
 from persistence.domain import RunStatus
-from persistence.driver import DriverStatement
 from persistence.store import RunStore
 from tests.conftest import FakeClock
 from workers.decisions import CallDecisionBody, DecisionBody
@@ -162,20 +161,12 @@ def before_statement(k: int, action: Callable[[], object]) -> Iterator[list[thre
     def on_cursor(*args: Any) -> None:
         boundary()
 
-    execute = DriverStatement.execute
-
-    def driver_execute(self: DriverStatement, conn: Any, params: Any) -> Any:
-        boundary()
-        return execute(self, conn, params)
-
     # every engine: the store's PostgreSQL statements in autocommit go through one of
     # their own
     event.listen(Engine, "before_cursor_execute", on_cursor)
-    DriverStatement.execute = driver_execute  # type: ignore[method-assign]
     try:
         yield started
     finally:
-        DriverStatement.execute = execute  # type: ignore[method-assign]
         event.remove(Engine, "before_cursor_execute", on_cursor)
 
 
