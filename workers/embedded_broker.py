@@ -7,6 +7,12 @@ for Celery). Seen here under the sweeper's and a producer's writes. This channel
 writes to a hidden temporary name and renames it into place, which POSIX makes
 atomic: a consumer sees a whole message or none.
 
+The fix for upstream (kombu's ``kombu/transport/filesystem.py``, ``Channel._put``):
+write the payload to a name the consumer skips (a leading dot, in the same folder) and
+``os.rename`` it to the ``.msg`` name. ``KOMBU_PUT`` is the digest of the pinned
+kombu's ``_put``: a test fails when kombu changes it, to check whether this override
+is still needed (or still right).
+
 The folders are made when a channel is: by a process that publishes or consumes, not
 by every process that loads the Celery app (a command that only reads runs leaves no
 ``.airlock/`` behind).
@@ -20,9 +26,13 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+
+KOMBU_PUT = "9a91252819796099b07071fa72b941b1a493b6407eca7ea7c2706336a1ec1571"
+"""sha256 of the source of ``kombu.transport.filesystem.Channel._put`` this overrides."""
 
 FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
 """The transport's options that name a folder it uses."""
@@ -41,9 +51,12 @@ class Channel(filesystem.Channel):
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         folder = self.data_folder_out
         partial = os.path.join(folder, f".partial-{uuid.uuid4()}")  # no consumer reads it
-        with open(partial, "wb") as f:
-            f.write(str_to_bytes(dumps(payload)))
-        os.rename(partial, os.path.join(folder, name))
+        try:
+            with open(partial, "wb") as f:
+                f.write(str_to_bytes(dumps(payload)))
+            os.rename(partial, os.path.join(folder, name))
+        except OSError as exc:  # as kombu's own says it
+            raise ChannelError(f"Cannot add file {name!r} to directory {folder!r}") from exc
 
 
 class Transport(filesystem.Transport):

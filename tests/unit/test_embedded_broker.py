@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 from pathlib import Path
 
 import pytest
 from kombu import Connection
+from kombu.transport import filesystem
 
 from workers import embedded_broker
 from workers.celery_app import broker_options
@@ -62,3 +65,13 @@ def test_its_folders_are_made_by_a_channel_not_by_loading_the_app(tmp_path: Path
             "processed",
             "queue",
         ]
+
+
+def test_the_override_matches_the_pinned_kombu() -> None:
+    """``embedded_broker.Channel._put`` replaces kombu's: when kombu changes its own,
+    this fails, so that someone checks whether the override is still needed."""
+    source = inspect.getsource(filesystem.Channel._put)
+    assert hashlib.sha256(source.encode()).hexdigest() == embedded_broker.KOMBU_PUT, (
+        "kombu's filesystem Channel._put changed: check whether it now writes a message "
+        "atomically (then drop workers/embedded_broker.py's _put), else update KOMBU_PUT"
+    )
