@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from ipaddress import ip_address
+from pathlib import Path
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from urllib3.exceptions import ConnectTimeoutError
 
 from loop import ModelError
@@ -239,3 +247,75 @@ def test_headers_query_and_body_go_as_given(
     assert fields.count("host") == 1 and fields.count("content-length") == 1
     assert "x-k: v" in lines[1:]
     assert "user-agent" in fields and "urllib3" not in heads[0].decode().lower()
+
+
+def certificate(tmp: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for ``name`` (an IP address) and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip_address(name))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp / f"{name}.pem", tmp / f"{name}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def tls(cert: tuple[Path, Path], handshakes: list[int]) -> Callable[[socket.socket], None]:
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(*cert)
+
+    def serve(conn: socket.socket) -> None:
+        with server_side.wrap_socket(conn, server_side=True) as wrapped:
+            handshakes.append(1)
+            keeps_alive(wrapped)
+
+    return serve
+
+
+def test_tls_one_handshake_per_connection_verified_against_the_trust_given(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], tmp_path: Path
+) -> None:
+    cert = certificate(tmp_path, "127.0.0.1")
+    handshakes: list[int] = []
+    server = serve(tls(cert, handshakes))
+    url = server.url.replace("http://", "https://")
+    trust = ssl.create_default_context(cafile=str(cert[0]))
+    with httpx.Client(transport=Urllib3Transport(ssl_context=trust)) as client:
+        for _ in range(3):
+            assert client.post(url, json={}).json() == {}
+    assert len(handshakes) == 1 and len(server.peers) == 1
+    # the default trust (certifi's roots, as httpx's) refuses a certificate it does not know
+    for sender in both():
+        with httpx.Client(transport=sender) as client, pytest.raises(httpx.ConnectError):
+            client.post(url, json={})
+
+
+def test_tls_a_certificate_for_another_address_is_refused(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], tmp_path: Path
+) -> None:
+    cert = certificate(tmp_path, "127.0.0.2")  # trusted, but not 127.0.0.1's
+    server = serve(tls(cert, []))
+    url = server.url.replace("http://", "https://")
+    trust = ssl.create_default_context(cafile=str(cert[0]))
+    senders = [httpx.HTTPTransport(verify=trust), Urllib3Transport(ssl_context=trust)]
+    for sender in senders:
+        with httpx.Client(transport=sender) as client, pytest.raises(httpx.ConnectError):
+            client.post(url, json={})
