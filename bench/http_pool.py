@@ -13,7 +13,8 @@ bench/results/http_pool.jsonl.
 
 The clients: ``httpx`` (httpx's own transport, httpcore's pool, the providers' limits),
 ``urllib3`` (``providers.transport.Urllib3Transport`` under the same ``httpx.Client``),
-``httpx2`` (the fork, same limits), and ``providers`` (``providers.http.client()``,
+``httpx2`` (the fork, same limits), ``httpx:N`` (httpx's own pool capped at N
+connections: the other calls wait for one), and ``providers`` (``providers.http.client()``,
 whatever it is).
 """
 
@@ -44,6 +45,9 @@ def make(name: str) -> Any:
     limits = {"max_connections": None, "max_keepalive_connections": 256, "keepalive_expiry": 60}
     if name == "httpx":
         return httpx.Client(limits=httpx.Limits(**limits))
+    if name.startswith("httpx:"):  # httpx's own pool capped at that many connections
+        cap = int(name.removeprefix("httpx:"))
+        return httpx.Client(limits=httpx.Limits(max_connections=cap, keepalive_expiry=60))
     if name == "urllib3":
         from providers.transport import Urllib3Transport  # noqa: PLC0415
 
@@ -62,7 +66,7 @@ def child(name: str, url: str, calls: int, rounds: int) -> dict[str, float]:
     client = make(name)
 
     def call() -> None:
-        answer = client.post(url, json=BODY, timeout=30)
+        answer = client.post(url, json=BODY, timeout=60)
         answer.raise_for_status()
         answer.json()
 
