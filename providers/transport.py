@@ -130,7 +130,7 @@ class Urllib3Transport(httpx.BaseTransport):
             answer = pool.urlopen(
                 request.method,
                 url.raw_path.decode("ascii"),
-                body=request.read(),
+                body=request.read() or None,  # no content-length: 0 on a GET
                 headers=headers,
                 retries=False,
                 redirect=False,

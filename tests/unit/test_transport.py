@@ -319,3 +319,18 @@ def test_tls_a_certificate_for_another_address_is_refused(
     for sender in senders:
         with httpx.Client(transport=sender) as client, pytest.raises(httpx.ConnectError):
             client.post(url, json={})
+
+
+def test_a_get_goes_without_a_body(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+) -> None:
+    heads: list[bytes] = []
+
+    def records(conn: socket.socket) -> None:
+        heads.append(read_request(conn))
+        conn.sendall(OK)
+
+    server = serve(records)
+    with httpx.Client(transport=Urllib3Transport()) as client:
+        assert client.get(server.url).json() == {}
+    assert b"content-length" not in heads[0].lower()
