@@ -6,7 +6,12 @@ Every call goes through one ``httpx.Client`` per process (``client()``): its poo
 connections alive between calls, so a model call does not pay a new TCP and TLS
 handshake (nor a new client's set-up, its TLS context: CPU, see BENCHMARKS.md), and
 concurrent calls (segments of a gevent worker) each take a connection of their own.
-The timeout is per call."""
+The timeout is per call.
+
+The client sends on urllib3's pool (``providers.transport.Urllib3Transport``), not
+httpcore's: with 200 calls in flight through one client under gevent, httpcore 1.0.9's
+pool cost 12 ms of CPU per call and the worker's whole core, urllib3's 0.4 ms
+(``bench.http_pool``; BENCHMARKS.md, W2)."""
 
 from __future__ import annotations
 
@@ -19,12 +24,18 @@ from pydantic import JsonValue
 
 from loop.errors import ModelError
 from loop.messages import JsonObject
+from providers.transport import Urllib3Transport
 
 RETRYABLE = {408, 409, 425, 429}
 
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=60)
+KEEPALIVE = 256
+LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=KEEPALIVE, keepalive_expiry=60
+)
 """As many connections as calls in flight (a worker's concurrency bounds them); up to
-256 kept alive between calls."""
+256 kept alive between calls (per origin), for 60 s idle at most. The transport keeps
+the same; these are for httpx's own, which a proxy from the environment
+(``HTTPS_PROXY``) still goes through."""
 
 _kept: dict[int, httpx.Client] = {}
 """This process's client, by pid."""
@@ -41,7 +52,8 @@ def client() -> httpx.Client:
     with _lock:
         if pid not in _kept:
             _kept.clear()  # a parent's, inherited by fork: never used here
-            _kept[pid] = httpx.Client(limits=LIMITS)
+            transport = Urllib3Transport(keepalive=KEEPALIVE)
+            _kept[pid] = httpx.Client(limits=LIMITS, transport=transport)
         return _kept[pid]
 
 
