@@ -51,7 +51,7 @@ from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_dat
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
-from tests.integration.harness import Stack, wait_for
+from workers.testing import Stack, wait_for
 
 PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
 TRACED = ("decided", "published", "received", "task", "claimed")

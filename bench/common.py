@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from tests.conftest import migrate
+from persistence.migrations import upgrade as migrate
 
 PG = os.environ.get(
     "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from bench.common import progress, record
-from tests.integration.harness import free_port, wait_for
+from workers.testing import free_port, wait_for
 
 CLIENTS = ("httpx", "urllib3", "httpx2", "providers")
 BODY = {"model": "fake", "messages": [{"role": "user", "content": "mail a"}], "tools": []}

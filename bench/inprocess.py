@@ -20,8 +20,8 @@ from bench.agents import AGENTS
 from bench.common import progress, record, temporary_database
 from persistence.db import make_engine
 from persistence.store import RunStore
-from workers.registry import Registry
 from workers.service import Outcome, Service
+from workers.service.registry import Registry
 
 
 def main() -> None:

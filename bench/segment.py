@@ -42,9 +42,9 @@ from sqlalchemy import text
 
 from bench.common import REDIS, CpuMeter, Proc, led_by, progress, record, temporary_database
 from persistence.domain import RunStatus
-from tests.integration.harness import Stack, celery_worker, wait_for, wait_ready
-from workers.decisions import DecisionBody
-from workers.principals import Principal
+from workers.service.decisions import DecisionBody
+from workers.service.principals import Principal
+from workers.testing import Stack, celery_worker, wait_for, wait_ready
 
 OPERATOR = Principal.trusted("test")
 

@@ -34,9 +34,8 @@ import bench.http
 from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
-from tests.api.conftest import SECRET, TOKEN
-from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
-from workers.demo import signed_request
+from workers.cli.demo import signed_request
+from workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 API_OPTIONS: list[str] = []

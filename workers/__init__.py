@@ -1,6 +1,13 @@
-"""Entry points over one service layer: Celery app and tasks, beat jobs, HTTP API, CLI.
+"""Airlock's entry points over one service layer, one room per job:
 
-``celery -A workers worker`` finds the Celery app as ``workers.app``.
+- ``workers.service``: the use cases and what they stand on (no door imported);
+- ``workers.http``: the HTTP API and the approver inbox (``workers.api:app``);
+- ``workers.tasks``: the Celery tasks, beat jobs and notification delivery;
+- ``workers.cli``: the ``airlock`` command.
+
+The doors do not import each other (import-linter holds them to it).
+``celery -A workers worker`` finds the Celery app as ``workers.app``: the service's
+broker, with the tasks registered.
 """
 
 from __future__ import annotations
@@ -10,8 +17,8 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name in ("app", "celery"):
-        from workers import wiring  # noqa: F401, PLC0415 - it provides the tasks' service
-        from workers.celery_app import app  # noqa: PLC0415 - only when asked
+        import workers.tasks  # noqa: F401, PLC0415 - registers the tasks on the app
+        from workers.service.broker import app  # noqa: PLC0415 - only when asked
 
         return app
     raise AttributeError(f"module 'workers' has no attribute {name!r}")

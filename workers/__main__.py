@@ -1,5 +1,5 @@
-"""``python -m workers``: the ``airlock`` command (see ``workers.launch``)."""
+"""``python -m workers``: the ``airlock`` command (see ``workers.cli.launch``)."""
 
-from workers.launch import main
+from workers.cli.launch import main
 
 main()

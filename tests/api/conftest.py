@@ -15,14 +15,13 @@ from standardwebhooks import Webhook
 from persistence.db import make_engine
 from persistence.store import RunStore
 from tests.issuer import Issuer
-from workers.api import create_app
-from workers.registry import Registry
+from workers.http.api import create_app
 from workers.service import Service
-from workers.settings import Settings
+from workers.service.registry import Registry
+from workers.service.settings import Settings
+from workers.testing import SECRET, TOKEN
 
-SECRET = "whsec_" + base64.b64encode(b"airlock-test-secret-0123456789ab").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"airlock-old-secret-0123456789abc").decode()
-TOKEN = "test-token"
 
 
 @dataclass

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import OLD_SECRET, SECRET, Api
-from workers.principals import Principal
-from workers.views import EventPage, RunPage, RunView
+from tests.api.conftest import OLD_SECRET, Api
+from workers.service.principals import Principal
+from workers.service.views import EventPage, RunPage, RunView
+from workers.testing import SECRET
 
 OPERATOR = Principal.trusted("test")
 

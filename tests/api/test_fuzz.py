@@ -8,8 +8,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from tests.api.conftest import TOKEN, make_api
-from tests.conftest import migrate
+from persistence.migrations import upgrade as migrate
+from tests.api.conftest import make_api
+from workers.testing import TOKEN
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from tests.api.conftest import TOKEN, Api, make_api
+from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
 from tests.api.test_hot_routes import fastapi_only
+from workers.testing import TOKEN
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:

@@ -14,9 +14,10 @@ from fastapi.testclient import TestClient
 from opentelemetry import trace
 from starlette.routing import Route
 
-from tests.api.conftest import TOKEN, Api, make_api
-from workers import api as api_module
-from workers.hot_routes import HotRoutes
+from tests.api.conftest import Api, make_api
+from workers.http import api as api_module
+from workers.http.hot_routes import HotRoutes
+from workers.testing import TOKEN
 
 
 def fastapi_only(app: FastAPI) -> FastAPI:

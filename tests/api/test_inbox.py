@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.conftest import TOKEN, Api, make_api
+from tests.api.conftest import Api, make_api
 from tests.integration.agents import HOSTILE_BODY
 from tests.issuer import Issuer
-from workers.inbox import CSP
-from workers.inbox.session import PER_CLIENT, PER_NAME, WINDOW
+from workers.http.inbox import CSP
+from workers.service.sessions import PER_CLIENT, PER_NAME, WINDOW
+from workers.testing import TOKEN
 
 
 @pytest.fixture
@@ -238,7 +239,8 @@ def test_no_cookie_key_is_derived_from_the_webhook_secret(db_url: str, issuer: I
 
     from itsdangerous import URLSafeTimedSerializer
 
-    from tests.api.conftest import OLD_SECRET, SECRET
+    from tests.api.conftest import OLD_SECRET
+    from workers.testing import SECRET
 
     api = make_api(db_url, api_token=None, **issuer.settings())
     try:

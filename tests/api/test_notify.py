@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from tests.api.conftest import SECRET
-from tests.integration.harness import wait_for
-from workers.notify import READ_LIMIT, DeliveryError, deliver
+from workers.tasks.notify import READ_LIMIT, DeliveryError, deliver
+from workers.testing import SECRET, wait_for
 
 
 class Receiver(ThreadingHTTPServer):

@@ -15,9 +15,10 @@ import jwt
 import pytest
 from sqlalchemy import text
 
-from tests.api.conftest import SECRET, TOKEN, Api, make_api
+from tests.api.conftest import Api, make_api
 from tests.issuer import Issuer, new_key
-from workers import issuer_keys
+from workers.http import issuer_keys
+from workers.testing import SECRET, TOKEN
 
 PAYMENTS_SECRET = "whsec_" + base64.b64encode(b"payments-desk-secret-0123456789").decode()
 TREASURY = ["treasury"]
@@ -439,7 +440,7 @@ def test_an_edit_counts_only_with_approvals_of_the_same_arguments(api: Api, issu
 
 
 def test_a_withdrawn_approval_no_longer_counts(api: Api, issuer: Issuer) -> None:
-    from workers.principals import Principal
+    from workers.service.principals import Principal
 
     view = api.waiting("four_eyes")
     run_id, digest = view["id"], view["pending"]["turn_digest"]

@@ -1,6 +1,6 @@
 """The API on a database whose schema is not this code's: ``/readyz`` says so, every
 ``/v1`` request is 503 problem+json naming ``airlock db upgrade`` (the fast paths of
-``workers.hot_routes`` and FastAPI's routes alike), and once the database is migrated
+``workers.http.hot_routes`` and FastAPI's routes alike), and once the database is migrated
 the same app serves, without a restart."""
 
 from __future__ import annotations

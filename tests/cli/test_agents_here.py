@@ -23,7 +23,7 @@ from persistence.db import make_engine
 from persistence.domain import RunStatus
 from persistence.store import RunStore
 from tests.docs.readme import working_in
-from tests.integration.harness import Process, free_port, wait_for
+from workers.testing import Process, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))

@@ -15,9 +15,9 @@ import pytest
 from persistence.db import make_engine
 from persistence.domain import RunStatus
 from persistence.store import RunStore
-from workers.principals import Principal
-from workers.registry import Registry
 from workers.service import Service
+from workers.service.principals import Principal
+from workers.service.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

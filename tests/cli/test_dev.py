@@ -20,7 +20,7 @@ import pytest
 
 from persistence.migrations import upgrade
 from tests.cli.test_cli import airlock, clean_env
-from workers.demo import dev_secrets, free_port, poll
+from workers.cli.demo import dev_secrets, free_port, poll
 
 TOKEN = "AIRLOCK_API_TOKEN"
 SECRET = "AIRLOCK_WEBHOOK_SECRET"

@@ -89,8 +89,9 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
 ) -> None:
     """Checked ready, then the tables went (dropped, restored) before the command read
     them: a line and exit 3 still, not a traceback."""
-    from workers import cli, wiring
-    from workers.settings import settings
+    from workers.cli import commands as cli
+    from workers.service import wiring
+    from workers.service.settings import settings
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()

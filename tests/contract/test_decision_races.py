@@ -31,10 +31,10 @@ from persistence.crypto import StateCipher
 from persistence.domain import RunStatus
 from persistence.store import RunStore
 from tests.conftest import FakeClock
-from workers.decisions import CallDecisionBody, DecisionBody
-from workers.principals import ForbiddenError, Principal
-from workers.registry import Registry
 from workers.service import ConflictError, Limits, Outcome, Service
+from workers.service.decisions import CallDecisionBody, DecisionBody
+from workers.service.principals import ForbiddenError, Principal
+from workers.service.registry import Registry
 
 TREASURY = frozenset({"treasury"})
 ISSUER = "https://issuer.test"

@@ -36,11 +36,11 @@ from persistence.db import make_engine
 from persistence.domain import CallStatus, RunStatus
 from persistence.store import RunStore
 from tests.conftest import FakeClock
-from workers.decisions import CallDecisionBody, DecisionBody
-from workers.principals import Principal
-from workers.registry import Registry
 from workers.service import ConflictError, Limits, Outcome, Service
-from workers.views import run_view
+from workers.service.decisions import CallDecisionBody, DecisionBody
+from workers.service.principals import Principal
+from workers.service.registry import Registry
+from workers.service.views import run_view
 
 OPERATOR = Principal.trusted("test")
 

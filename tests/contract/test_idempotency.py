@@ -14,8 +14,8 @@ from sqlalchemy import Engine, func, select
 from persistence.domain import Run
 from persistence.store import RunStore
 from persistence.store.sql import RUNS
-from workers.registry import Registry
 from workers.service import IdempotencyMismatchError, Service
+from workers.service.registry import Registry
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ from tests.api.test_notify import Receiver as HttpReceiver
 from tests.api.test_notify import serving
 from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
-from workers.decisions import DecisionBody
-from workers.notify import Delivery, DeliveryError, deliver_due
-from workers.principals import Principal
-from workers.registry import Registry
 from workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
+from workers.service.decisions import DecisionBody
+from workers.service.principals import Principal
+from workers.service.registry import Registry
+from workers.tasks.notify import Delivery, DeliveryError, deliver_due
 
 OPERATOR = Principal.trusted("test")
 

@@ -32,13 +32,13 @@ from persistence.store import RunStore, utcnow
 from tests.conftest import FakeClock
 from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
-from workers.decisions import DecisionBody
-from workers.events import Pending, RunEventSink
-from workers.keeper import Keeper
-from workers.ledger import LedgerExecutor
-from workers.principals import Principal
-from workers.registry import Registry
 from workers.service import ConflictError, Limits, Outcome, Service
+from workers.service.decisions import DecisionBody
+from workers.service.events import Pending, RunEventSink
+from workers.service.keeper import Keeper
+from workers.service.ledger import LedgerExecutor
+from workers.service.principals import Principal
+from workers.service.registry import Registry
 
 OPERATOR = Principal.trusted("test")
 
@@ -246,7 +246,7 @@ def test_expiry_cancel_and_deny(engine: Engine) -> None:
 @pytest.mark.parametrize("body", [{"decision": "edit"}, {"decision": "approve", "arguments": {}}])
 def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
     from loop import DecisionError
-    from workers.decisions import CallDecisionBody
+    from workers.service.decisions import CallDecisionBody
 
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")

@@ -20,9 +20,9 @@ from persistence.domain import RunStatus
 from tests.api.conftest import Api, make_api
 from tests.conftest import FakeClock
 from tests.contract.test_decision_races import approve, deny, first_digest, make_service
-from workers.decisions import CallDecisionBody
-from workers.principals import Principal
 from workers.service import ConflictError, Outcome, Service
+from workers.service.decisions import CallDecisionBody
+from workers.service.principals import Principal
 
 TREASURY = frozenset({"treasury"})
 

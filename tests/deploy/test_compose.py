@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run
-from tests.integration.harness import free_port
+from workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run, wait_for
-from tests.integration.harness import free_port
+from workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from persistence.domain import RunStatus
-from tests.conftest import migrate
+from persistence.migrations import upgrade as migrate
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 from tests.integration.test_workers import approve, send_key
+from workers.testing import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 
 pytestmark = pytest.mark.integration
 

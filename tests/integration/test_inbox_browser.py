@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from persistence.domain import RunStatus
-from tests.api.conftest import SECRET, TOKEN
 from tests.integration.agents import HOSTILE_BODY
 from tests.integration.conftest import StackFactory
+from workers.testing import SECRET, TOKEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from persistence.domain import RunStatus
+from persistence.migrations import upgrade as migrate
 from tests.api.test_notify import RawReceiver, serving
-from tests.conftest import migrate
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Stack, wait_for
 from tests.integration.test_workers import approve
+from workers.testing import Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

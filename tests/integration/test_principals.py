@@ -18,10 +18,9 @@ import pytest
 from standardwebhooks import Webhook
 
 from persistence.domain import RunStatus
-from tests.api.conftest import SECRET, TOKEN
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Stack, wait_for
 from tests.issuer import AUDIENCE, Issuer
+from workers.testing import SECRET, TOKEN, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The wake-up publisher (``workers.celery_app.Publisher``) against a real Redis: its
+"""The wake-up publisher (``workers.service.broker.Publisher``) against a real Redis: its
 message is the one Celery's ``send_task`` publishes, a dropped connection is
 replaced, and a forked child never shares its parent's."""
 
@@ -18,10 +18,10 @@ import redis
 from celery import Celery
 
 from tests.integration.conftest import SHARED_REDIS
-from workers import redis_broker
-from workers.celery_app import QUEUE, RUN_SEGMENT, make_app
-from workers.publisher import Publisher
-from workers.settings import Settings
+from workers.service import redis_broker
+from workers.service.broker import QUEUE, RUN_SEGMENT, make_app
+from workers.service.publisher import Publisher
+from workers.service.settings import Settings
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_a_forked_child_publishes_on_its_own_connection(celery: Celery, shared_r
 
 def test_a_channel_keeps_one_redis_client_per_pool(celery: Celery, shared_redis: str) -> None:
     """kombu made a ``redis.Redis`` for every publish and acknowledgement
-    (``workers.redis_broker``): one is kept per pool, and replaced with the pool (after
+    (``workers.service.redis_broker``): one is kept per pool, and replaced with the pool (after
     a fork, or when the channel closes)."""
     with celery.connection_for_write() as connection:
         channel = connection.default_channel

@@ -18,10 +18,10 @@ from sqlalchemy.pool import NullPool
 
 from persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
-from tests.integration.harness import Process, Stack, airlock_env, free_port, wait_for
-from workers.decisions import DecisionBody
-from workers.principals import Principal
 from workers.service import ConflictError
+from workers.service.decisions import DecisionBody
+from workers.service.principals import Principal
+from workers.testing import Process, Stack, airlock_env, free_port, wait_for
 
 OPERATOR = Principal.trusted("test")
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import free_port
-from workers import celery_app
+from workers.service import broker as celery_app
+from workers.tasks import signals
+from workers.testing import free_port
 
 
 def test_the_nodes_of_this_host_are_found_by_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,5 +58,5 @@ def test_celery_beat_makes_the_folder_of_its_schedule(tmp_path: Path) -> None:
     """`celery -A workers beat` too (issue 27, defect 1): the folder of the schedule
     file is made as beat starts, before it opens the file."""
     schedule = tmp_path / "not" / "yet" / "celerybeat-schedule"
-    celery_app._schedule_folder(sender=SimpleNamespace(schedule_filename=str(schedule)))
+    signals._schedule_folder(sender=SimpleNamespace(schedule_filename=str(schedule)))
     assert schedule.parent.is_dir() and not schedule.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.inbox.forms import Field, FormError, edited
+from workers.http.inbox.forms import Field, FormError, edited
 
 FIELDS = [Field("filter", "json", True, ""), Field("limit", "number", False, "")]
 

@@ -1,11 +1,11 @@
-"""``airlock worker``'s arguments for ``celery worker`` (workers.launch): the defaults
+"""``airlock worker``'s arguments for ``celery worker`` (workers.cli.launch): the defaults
 added where the operator gave none, and what is refused before Celery sees it."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.worker_options import DEFAULT_CONCURRENCY, option, usage_error, worker_arguments
+from workers.cli.worker_options import DEFAULT_CONCURRENCY, option, usage_error, worker_arguments
 
 REDIS = {"AIRLOCK_BROKER_URL": "redis://redis:6379/0"}
 

@@ -1,5 +1,5 @@
 """Who may decide what, as pure code: the tools' and agents' approval rules, the
-principals' roles, self-approval and quorum (``workers.principals``), and the settings
+principals' roles, self-approval and quorum (``workers.service.principals``), and the settings
 that configure principals."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from loop import (
     tool,
 )
 from persistence.db import ConfigurationError
-from workers.principals import AIRLOCK, ForbiddenError, Principal, authorise
-from workers.settings import Settings, check_secrets, load_settings
+from workers.service.principals import AIRLOCK, ForbiddenError, Principal, authorise
+from workers.service.settings import Settings, check_secrets, load_settings
 
 
 @tool(effect=Effect.WRITE, approvers=["payments"])

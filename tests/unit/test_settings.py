@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from persistence.db import ConfigurationError
-from workers.settings import Settings, check_secrets
+from workers.service.settings import Settings, check_secrets
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ cores the workers and the database share (measured, see BENCHMARKS.md, issue 17)
 ``HotRoutes`` sits inside the ``BodyGate`` (so the caller is authenticated and the
 body read within its limit, as for every request) and answers ``GET
 /v1/runs/{id}``, ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval`` with the same
-handlers (``workers.handlers``), views and problem documents as FastAPI's routes.
+handlers (``workers.http.handlers``), views and problem documents as FastAPI's routes.
 
 A create whose body is not a JSON object that ``CreateRun`` takes as it is (another
 content type, a JSON error, a validation error) goes on to FastAPI with its body, so
@@ -27,10 +27,10 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workers.guard import replay
-from workers.handlers import CreateRun, Handlers, caller_of
-from workers.problems import REFUSALS, SafeJSONResponse, refusal
-from workers.views import run_view
+from workers.http.guard import replay
+from workers.http.handlers import CreateRun, Handlers, caller_of
+from workers.http.problems import REFUSALS, SafeJSONResponse, refusal
+from workers.service.views import run_view
 
 T = TypeVar("T")
 

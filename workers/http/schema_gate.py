@@ -19,7 +19,7 @@ from dataclasses import replace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from persistence.schema import SchemaState, SchemaStatus, is_schema_error
-from workers.problems import schema_problem
+from workers.http.problems import schema_problem
 
 log = logging.getLogger("airlock")
 

@@ -13,7 +13,7 @@ from pydantic import JsonValue, ValidationError
 
 from loop import Agent, PendingCall
 from loop.errors import AirlockError
-from workers.decisions import DecisionBody, refuse_unstorable
+from workers.service.decisions import DecisionBody, refuse_unstorable
 
 SIMPLE = {"string", "integer", "number", "boolean"}
 

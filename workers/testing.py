@@ -1,8 +1,12 @@
-"""Real processes for the integration tests: celery workers and beat, private Redis and
-PostgreSQL servers that a test may restart or kill without disturbing the shared ones."""
+"""Test support, shared by the tests (``tests/``) and the benchmarks (``bench/``) so that
+neither imports the other (as procrastinate's ``testing.py``): real processes — celery
+workers and beat, ``airlock`` commands, private Redis and PostgreSQL servers that a test
+may restart or kill without disturbing the shared ones — and the secret and token
+their stacks use. No room of the product imports it (an import-linter contract)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -22,12 +26,18 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 
 from persistence.domain import Run, RunStatus
-from workers.celery_app import RUN_SEGMENT, make_app
 from workers.service import Service
-from workers.settings import Settings
-from workers.wiring import build_service
+from workers.service.broker import RUN_SEGMENT, make_app
+from workers.service.settings import Settings
+from workers.service.wiring import build_service
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+"""The folder Airlock's packages are imported from (a checkout's root, for an editable
+install): the processes started here run in it, with it on their ``PYTHONPATH``."""
+SECRET = "whsec_" + base64.b64encode(b"airlock-test-secret-0123456789ab").decode()
+"""The webhook secret the test and benchmark stacks sign approvals with."""
+TOKEN = "test-token"
+"""The API token the test and benchmark stacks authenticate with."""
 T = TypeVar("T")
 
 

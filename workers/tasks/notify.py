@@ -32,7 +32,7 @@ from pydantic import JsonValue
 from standardwebhooks import Webhook
 
 from workers.service import DeliveryError, DeliveryReport, Service
-from workers.views import run_view
+from workers.service.views import run_view
 
 __all__ = ["Delivery", "DeliveryError", "Notifier", "deliver", "deliver_due"]
 

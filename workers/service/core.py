@@ -39,10 +39,16 @@ from persistence.store import (
     UnknownRunError,
     utcnow,
 )
-from workers.decisions import DecisionBody, to_loop_decisions
-from workers.keeper import Keeper
-from workers.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Send, deliver_due
-from workers.principals import (
+from workers.service.decisions import DecisionBody, to_loop_decisions
+from workers.service.keeper import Keeper
+from workers.service.outbound import (
+    MAX_DELIVERIES,
+    DeliveryError,
+    DeliveryReport,
+    Send,
+    deliver_due,
+)
+from workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
     Authority,
@@ -52,8 +58,8 @@ from workers.principals import (
     authorise,
     may_operate,
 )
-from workers.registry import Registry, UnknownAgentError
-from workers.segments import (
+from workers.service.registry import Registry, UnknownAgentError
+from workers.service.segments import (
     EventType,
     Limits,
     Outcome,
@@ -61,6 +67,7 @@ from workers.segments import (
     Segments,
     is_database_error,
 )
+from workers.service.sessions import Sessions
 
 log = logging.getLogger("airlock")
 
@@ -712,6 +719,10 @@ class Service:
     def schema_status(self) -> SchemaStatus:
         """Whether the database's schema is this version's (``persistence.schema``)."""
         return schema.check(self.store.engine)
+
+    def sign_ins(self, secret: str | None) -> Sessions:
+        """The inbox's sign-in sessions, kept in this service's store."""
+        return Sessions(self.store, secret)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its database connections between statements: a

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from persistence.db import DEFAULT_DATABASE_URL, ConfigurationError, normalise_url
-from workers.principals import OPERATOR_ROLES, check_name
+from workers.service.principals import OPERATOR_ROLES, check_name
 
 EMBEDDED_BROKER = "filesystem://"
 

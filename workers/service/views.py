@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 from loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
 from persistence.domain import Run, RunEvent
-from workers.decisions import to_loop_decisions
 from workers.service import Service, SweeperHealth
+from workers.service.decisions import to_loop_decisions
 
 
 class UsageView(BaseModel):

@@ -1,7 +1,6 @@
 """The composition root: the process's one Service, built from the settings, with the
-Celery app as its publisher. Entry points get what they need from here; nothing here
-is imported back by what it wires (the Celery tasks get the service through
-``celery_app.provide``)."""
+Celery app (``workers.service.broker``) as its publisher. The doors get what they need
+from here."""
 
 from __future__ import annotations
 
@@ -11,10 +10,9 @@ from functools import lru_cache
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.store import RunStore
-from workers import celery_app
-from workers.registry import Registry
-from workers.service import Enqueue, Limits, Notify, Service
-from workers.settings import Settings, settings
+from workers.service import Enqueue, Limits, Notify, Service, broker
+from workers.service.registry import Registry
+from workers.service.settings import Settings, settings
 
 
 def limits_of(config: Settings) -> Limits:
@@ -54,14 +52,11 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
 def service() -> Service:
     """The process's service, publishing wake-ups through the Celery app."""
     config = settings()
-    notify = celery_app.notify_run if config.notify_url else None
-    return build_service(config, celery_app.enqueue_segment, notify)
+    notify = broker.notify_run if config.notify_url else None
+    return build_service(config, broker.enqueue_segment, notify)
 
 
 def check_broker() -> None:
     """Raises unless the broker answers (for ``/readyz``)."""
-    with celery_app.app.connection_for_write() as conn:
+    with broker.app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
-
-
-celery_app.provide(service, fresh=service.cache_clear)

@@ -22,15 +22,15 @@ from starlette.staticfiles import StaticFiles
 from loop import Agent, DecisionError, StateError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError, parse_run_id
-from workers.auth import Authenticator
-from workers.decisions import DecisionBody
-from workers.inbox.forms import Field, FormError, decision_of, fields_of
-from workers.inbox.session import COOKIE, Session, Sessions, ThrottledError, csrf_ok
-from workers.principals import ForbiddenError, Principal, check_name
-from workers.problems import ProblemError
+from workers.http.auth import Authenticator
+from workers.http.inbox.forms import Field, FormError, decision_of, fields_of
+from workers.http.problems import ProblemError
 from workers.service import ConflictError, DecisionResult, Service
-from workers.settings import Settings
-from workers.views import event_summary, event_view, pending_view
+from workers.service.decisions import DecisionBody
+from workers.service.principals import ForbiddenError, Principal, check_name
+from workers.service.sessions import COOKIE, Session, Sessions, ThrottledError, csrf_ok
+from workers.service.settings import Settings
+from workers.service.views import event_summary, event_view, pending_view
 
 HERE = Path(__file__).parent
 PAGE = 25
@@ -52,7 +52,7 @@ STATUSES = {"waiting": "waiting", "recent": "recently decided or finished", "all
 
 def mount(app: FastAPI, service: Service, auth: Authenticator, config: Settings) -> None:
     """Add the inbox's pages and its assets to the API."""
-    Inbox(service, auth, Sessions(service.store, config.session_secret)).routes(app)
+    Inbox(service, auth, service.sign_ins(config.session_secret)).routes(app)
 
 
 class Inbox:

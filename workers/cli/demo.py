@@ -29,8 +29,8 @@ from rich.table import Table
 from standardwebhooks import Webhook
 
 from persistence import migrations, schema
-from workers.settings import settings
-from workers.views import event_summary
+from workers.service.settings import settings
+from workers.service.views import event_summary
 
 
 def new_webhook_secret() -> str:
@@ -48,7 +48,7 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from workers.wiring import service  # noqa: PLC0415
+    from workers.service.wiring import service  # noqa: PLC0415
 
     service.cache_clear()
 
@@ -86,10 +86,15 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 @contextmanager
 def api_server(port: int) -> Iterator[str]:
-    from workers.api import default_app  # noqa: PLC0415
-
+    # the HTTP door by its name, as `airlock api` serves it: the CLI imports no door
     server = uvicorn.Server(
-        uvicorn.Config(default_app(), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            "workers.api:default_app",
+            factory=True,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,8 +1,8 @@
 """What ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval`` do, once a request is
-read: one body for each, called by FastAPI's routes (``workers.api``) and by
+read: one body for each, called by FastAPI's routes (``workers.http.api``) and by
 ``HotRoutes``, which answers them without FastAPI's routing. Their errors are the
 service's, or ``ProblemError``; both doors answer them with the same table
-(``workers.problems``)."""
+(``workers.http.problems``)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from starlette.types import Scope
 
 from loop import DecisionError
 from persistence.store import UnknownRunError
-from workers.api_metrics import Metrics
-from workers.auth import Authenticator
-from workers.decisions import DecisionBody, TextBody
-from workers.guard import MAX_APPROVAL_BODY, MAX_BODY
-from workers.principals import ForbiddenError, Principal, check_name
-from workers.problems import ProblemError, SafeJSONResponse
+from workers.http.auth import Authenticator
+from workers.http.guard import MAX_APPROVAL_BODY, MAX_BODY
+from workers.http.metrics import Metrics
+from workers.http.problems import ProblemError, SafeJSONResponse
 from workers.service import ConflictError, Service
-from workers.views import run_view
+from workers.service.decisions import DecisionBody, TextBody
+from workers.service.principals import ForbiddenError, Principal, check_name
+from workers.service.views import run_view
 
 T = TypeVar("T")
 InThread = Callable[[Callable[[], T]], Awaitable[T]]
@@ -135,7 +135,7 @@ class Handlers:
 
 
 def caller_of(scope: Scope) -> Principal | None:
-    """The caller the gate verified (``workers.api.gate_of``) and noted in the scope:
+    """The caller the gate verified (``workers.http.api.gate_of``) and noted in the scope:
     None for the API token's holder, or anyone on an open API."""
     found: Principal | None = scope.get("state", {}).get("principal")
     return found

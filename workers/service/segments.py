@@ -27,12 +27,12 @@ from loop import (
 )
 from persistence.domain import Claim, RunStatus
 from persistence.store import Clock, Event, LeaseLostError, RunStore
-from workers.backoff import backoff
-from workers.decisions import to_loop_decisions
-from workers.events import Pending, RunEventSink
-from workers.keeper import Keeper
-from workers.ledger import LedgerExecutor
-from workers.registry import Registry, UnknownAgentError
+from workers.service.backoff import backoff
+from workers.service.decisions import to_loop_decisions
+from workers.service.events import Pending, RunEventSink
+from workers.service.keeper import Keeper
+from workers.service.ledger import LedgerExecutor
+from workers.service.registry import Registry, UnknownAgentError
 
 log = logging.getLogger("airlock")
 

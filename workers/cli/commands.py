@@ -29,7 +29,7 @@ from persistence import schema
 from persistence.db import ConfigurationError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError
-from workers.cli_output import (
+from workers.cli.output import (
     console,
     emit,
     errors,
@@ -39,12 +39,12 @@ from workers.cli_output import (
     print_turn,
     progress_bar,
 )
-from workers.decisions import CallDecisionBody, DecisionBody
-from workers.principals import ForbiddenError, Principal
-from workers.registry import UnknownAgentError
 from workers.service import ConflictError, Service, SweeperState
-from workers.settings import settings
-from workers.views import event_view, run_view, sweeper_view
+from workers.service.decisions import CallDecisionBody, DecisionBody
+from workers.service.principals import ForbiddenError, Principal
+from workers.service.registry import UnknownAgentError
+from workers.service.settings import settings
+from workers.service.views import event_view, run_view, sweeper_view
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,7 @@ def service() -> Service:
     """The service, once the database is known to be this version's: before that,
     nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
     ready_database()
-    from workers.wiring import service as build  # noqa: PLC0415 - wiring on demand
+    from workers.service.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
 
@@ -114,7 +114,7 @@ def worker(ctx: typer.Context) -> None:
     while they wait on their models. More processes: more replicas of this command."""
     import click  # noqa: PLC0415 - Celery's command line is click's
 
-    from workers.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
+    from workers.cli.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
 
     if (error := usage_error(ctx.args)) is not None:
         fail(error, 2)
@@ -123,11 +123,10 @@ def worker(ctx: typer.Context) -> None:
         fail(
             f"the {pool_of(arguments)} pool needs the standard library patched before "
             "Airlock is imported: start the worker as `airlock worker` or "
-            "`python -m workers worker`, not `python -m workers.cli`",
+            "`python -m workers worker`, not `python -m workers.cli.commands`",
             2,
         )
-    from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
-    from workers.celery_app import app as celery  # noqa: PLC0415
+    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
 
     try:
         celery.worker_main(["worker", *arguments])
@@ -150,7 +149,7 @@ def beat(ctx: typer.Context) -> None:
     """Run Celery beat: the sweeper, approval expiry and retention purge. Its schedule
     file is AIRLOCK_HOME/celerybeat-schedule unless -s names another; its folder is
     created."""
-    from workers.worker_options import option  # noqa: PLC0415
+    from workers.cli.worker_options import option  # noqa: PLC0415
 
     given = option(ctx.args, "-s", "--schedule")
     folder = (Path(given) if given else settings().beat_schedule).absolute().parent
@@ -161,8 +160,7 @@ def beat(ctx: typer.Context) -> None:
         one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
     if not writable:
         one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
-    from workers import wiring  # noqa: F401, PLC0415 - load Celery on demand
-    from workers.celery_app import app as celery  # noqa: PLC0415
+    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
 
     celery.start(["beat", *ctx.args])
 
@@ -194,7 +192,7 @@ def health(
 
 
 def _worker_health(timeout: float) -> tuple[bool, str]:
-    from workers.celery_app import nodes_of_this_host  # noqa: PLC0415
+    from workers.service.broker import nodes_of_this_host  # noqa: PLC0415
 
     nodes = nodes_of_this_host(timeout)
     if not nodes:
@@ -241,7 +239,7 @@ def api(
         ),
     ] = False,
 ) -> None:
-    """Serve the HTTP API (workers.api:app) with uvicorn."""
+    """Serve the HTTP API (workers.http.api:app) with uvicorn."""
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
     port = settings().api_port if port is None else port
@@ -252,7 +250,7 @@ def api(
 def demo() -> NoReturn:
     """The whole story on embedded defaults, in a temporary folder, with no server:
     enqueue → wait → signed approval → resume → done, with the event stream."""
-    from workers.demo import run_demo  # noqa: PLC0415
+    from workers.cli.demo import run_demo  # noqa: PLC0415
 
     _stop_on_sigterm()
     raise typer.Exit(run_demo(console))
@@ -272,7 +270,7 @@ def dev(
     """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock).
     The API token and webhook secret are kept in $AIRLOCK_HOME/dev.env across restarts
     (AIRLOCK_API_TOKEN and AIRLOCK_WEBHOOK_SECRET set in the environment win)."""
-    from workers.demo import run_dev  # noqa: PLC0415
+    from workers.cli.demo import run_dev  # noqa: PLC0415
 
     _stop_on_sigterm()
     raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))

@@ -18,7 +18,7 @@ from pydantic import JsonValue
 
 from loop.errors import AirlockError
 from persistence.store import RunStore, Slot
-from workers.principals import Method, Principal
+from workers.service.principals import Method, Principal
 
 COOKIE = "airlock_inbox"
 MAX_AGE = timedelta(hours=8)

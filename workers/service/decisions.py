@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
 from loop.decisions import Decisions
-from workers.principals import check_name
+from workers.service.principals import check_name
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
 

@@ -18,7 +18,7 @@ from bench.w2 import per_run, physical_limit, summarize, warnings
 from bench.w2_agents import W2
 from loop.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from providers import OpenAIModel
-from tests.integration.harness import ROOT, free_port, wait_for
+from workers.testing import ROOT, free_port, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse
 from loop import AirlockError, DecisionError, StateError
 from persistence.schema import SchemaState, SchemaStatus
 from persistence.store import BadCursorError, UnknownRunError
-from workers.principals import ForbiddenError
-from workers.registry import UnknownAgentError
 from workers.service import ConflictError, IdempotencyMismatchError
+from workers.service.principals import ForbiddenError
+from workers.service.registry import UnknownAgentError
 
 
 class ProblemError(AirlockError):

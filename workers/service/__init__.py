@@ -1,0 +1,55 @@
+"""The service room: the use cases (``core``: start, segment, decide, cancel, expire,
+purge) and what they stand on (the segments and their leases, the ledger, decisions,
+principals, the registry of agents, the settings, the broker wake-ups are published
+to, and ``wiring``, which builds the process's one ``Service``). It imports no door
+(``workers.http``, ``workers.tasks``, ``workers.cli``): import-linter holds it to that.
+
+Its public names are those of ``core``, re-exported here."""
+
+from __future__ import annotations
+
+from workers.service.core import (
+    MAX_DELIVERIES,
+    ConflictError,
+    DecisionResult,
+    DeliveryError,
+    DeliveryReport,
+    Enqueue,
+    EventType,
+    ForbiddenError,
+    IdempotencyMismatchError,
+    Limits,
+    Notify,
+    Outcome,
+    Principal,
+    SegmentResult,
+    Service,
+    Stats,
+    SweeperHealth,
+    SweeperState,
+    SweepReport,
+    is_database_error,
+)
+
+__all__ = [
+    "MAX_DELIVERIES",
+    "ConflictError",
+    "DecisionResult",
+    "DeliveryError",
+    "DeliveryReport",
+    "Enqueue",
+    "EventType",
+    "ForbiddenError",
+    "IdempotencyMismatchError",
+    "Limits",
+    "Notify",
+    "Outcome",
+    "Principal",
+    "SegmentResult",
+    "Service",
+    "Stats",
+    "SweepReport",
+    "SweeperHealth",
+    "SweeperState",
+    "is_database_error",
+]

@@ -1,0 +1,137 @@
+"""The Celery app as the service's broker: its configuration, the task names and the
+publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
+by task name); the tasks themselves are registered by ``workers.tasks``, which a worker
+imports when it starts (the app's ``include``). ``celery -A workers worker`` /
+``celery -A workers beat`` load both (``workers.app``).
+
+The database, not the broker, is the source of truth: a message is only a
+wake-up. Every task starts with a guarded claim, so a duplicate or redelivered
+message is a no-op, and the beat sweeper re-sends what a broker dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from celery import Celery
+from kombu import Queue
+
+from workers.service import embedded_broker, queues, redis_broker
+from workers.service.publisher import Publisher
+from workers.service.segments import EventType
+from workers.service.settings import Settings, settings
+
+log = logging.getLogger("airlock")
+
+RUN_SEGMENT = "airlock.run_segment.v1"
+SWEEP = "airlock.sweep.v1"
+EXPIRE = "airlock.expire_approvals.v1"
+PURGE = "airlock.purge.v1"
+NOTIFY = "airlock.notify.v1"
+DELIVER = "airlock.deliver_notifications.v1"
+QUEUE = queues.SEGMENTS
+NOTIFY_QUEUE = queues.NOTIFICATIONS
+TASKS = "workers.tasks"
+"""The module that registers the tasks, imported by a worker when it starts."""
+"""Deliveries' own queue. A worker started without ``-Q`` consumes both (the app's
+``task_queues``): under the gevent pool a delivery that waits on its receiver holds a
+greenlet, not the process. ``-Q airlock.notifications`` runs a replica for it alone."""
+
+
+def broker_options(config: Settings) -> dict[str, Any]:
+    if config.embedded_broker:
+        # the folders are made with a channel (workers.queue.embedded_broker)
+        folder = config.broker_folder.resolve()
+        # A worker finds a message at its next poll (every 0.05 s). A message read by a
+        # worker that is then killed is lost: the sweeper re-sends it.
+        return {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+            "polling_interval": 0.05,
+        }
+    if config.visibility_timeout is None:
+        # A wake-up is not worth two Redis transactions per task (kombu's index of
+        # unacknowledged messages, for its redelivery after the visibility timeout):
+        # the database knows what is unfinished. A task whose pool process dies is
+        # still requeued at once by its worker (task_reject_on_worker_lost), and the
+        # messages a worker holds go back to the queue when it stops; those of a
+        # worker that is killed are re-sent by the sweeper (a stale queued run, an
+        # expired lease), as they were before the redelivery's hour had passed.
+        return {"ack_emulation": False}
+    # Redis redelivers an unacked message after this long, running or not:
+    # it must be longer than the longest segment.
+    return {"visibility_timeout": config.visibility_timeout}
+
+
+def make_app(config: Settings) -> Celery:
+    celery = Celery("airlock", broker=config.broker_url, include=[TASKS])
+    if config.embedded_broker:
+        celery.conf.broker_transport = embedded_broker.TRANSPORT
+    elif config.broker_url.startswith("redis://"):  # rediss:// keeps kombu's checks of TLS
+        celery.conf.broker_transport = redis_broker.TRANSPORT
+    celery.conf.update(
+        broker_transport_options=broker_options(config),
+        broker_connection_retry_on_startup=True,
+        task_default_queue=QUEUE,
+        task_queues=(Queue(QUEUE), Queue(NOTIFY_QUEUE)),
+        task_routes={DELIVER: {"queue": NOTIFY_QUEUE}, NOTIFY: {"queue": NOTIFY_QUEUE}},
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        # A broker's blip does not cancel the segments in flight (Celery's coming default
+        # would, up to 200 of them under gevent, each then waiting a lease to be redone):
+        # they go on and record their stops in the database; the messages the broker
+        # gives back are wake-ups of runs they hold, which their claim turns into no-ops
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
+        worker_enable_soft_shutdown_on_idle=True,
+        worker_hijack_root_logger=False,
+        beat_schedule_filename=str(config.beat_schedule),
+        # the schedule is saved after every job sent, not every 3 minutes: its age says
+        # whether the beat is alive (`airlock health beat`, when no sweep is recorded)
+        beat_sync_every=1,
+        beat_schedule={
+            "sweep": {"task": SWEEP, "schedule": config.sweep_interval},
+            "expire-approvals": {"task": EXPIRE, "schedule": config.sweep_interval},
+            "purge": {"task": PURGE, "schedule": 3600.0},
+            "deliver-notifications": {"task": DELIVER, "schedule": config.sweep_interval},
+        },
+    )
+    return celery
+
+
+app = make_app(settings())
+
+
+publish = Publisher(app, QUEUE)
+publish_notice = Publisher(app, NOTIFY_QUEUE)
+
+
+def enqueue_segment(run_id: str, delay: float | None = None) -> None:
+    if delay:
+        app.send_task(RUN_SEGMENT, (run_id,), countdown=delay, queue=QUEUE, ignore_result=True)
+    else:
+        publish(RUN_SEGMENT, (run_id,))
+
+
+def notify_run(event_type: EventType, run_id: str) -> None:
+    """Wake a deliverer: the transition recorded the notification in the outbox."""
+    log.debug(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
+    publish_notice(DELIVER, ())
+
+
+def nodes_of_this_host(timeout: float) -> list[str]:
+    """The worker nodes on this host (``name@hostname``, whatever their names) that
+    answer a ping over the broker within ``timeout`` seconds."""
+    host = socket.gethostname()
+    replies = app.control.ping(timeout=timeout) or []
+    return sorted(node for reply in replies for node in reply if node.partition("@")[2] == host)

@@ -1,0 +1,83 @@
+"""The Celery tasks: thin shells over the service (the door of every segment and beat
+job). Their names are versioned constants of ``workers.service.broker``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from celery import Task
+
+from workers.service import EventType, is_database_error
+from workers.service.backoff import backoff
+from workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from workers.service.settings import settings
+from workers.service.wiring import service
+from workers.tasks import metrics
+from workers.tasks.notify import deliver_due
+
+log = logging.getLogger("airlock")
+
+
+@app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
+def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
+    owner = f"{self.request.hostname}:{os.getpid()}:{self.request.id}:{self.request.retries}"
+    started = time.perf_counter()
+    try:
+        outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
+        metrics.observe_segment(outcome, time.perf_counter() - started)
+        return outcome  # Celery logs it at INFO: "Task …[id] succeeded in …s: 'completed'"
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        # Nothing could be recorded. Try again later; the retry may continue our claim.
+        log.warning("database unavailable; retrying", extra={"action": "segment.db_retry"})
+        raise self.retry(
+            exc=exc,
+            countdown=backoff(self.request.retries, cap=60),
+            kwargs={"run_id": run_id, "take_over": owner},
+        ) from exc
+
+
+@app.task(name=DELIVER)
+def deliver_notifications() -> int:
+    """Deliver what the outbox holds due; returns how many were delivered."""
+    config = settings()
+    if not config.notify_url:
+        return 0
+    return deliver_due(
+        service(), config.notify_url, config.notify_secret, timeout=config.notify_timeout
+    ).delivered
+
+
+@app.task(name=NOTIFY)
+def notify(event_type: EventType, run_id: str, event: object = None) -> int:
+    """A notification an earlier version queued as a task of its own: into the outbox
+    with it, then delivered as every other."""
+    del event
+    if settings().notify_url:
+        service().add_notification(run_id, event_type)
+    return int(deliver_notifications())
+
+
+@app.task(name=SWEEP)
+def sweep() -> dict[str, int]:
+    report = service().sweep()
+    return {
+        "stale": len(report.requeued_stale),
+        "requeued": len(report.reclaimed.requeued),
+        "failed": len(report.reclaimed.failed),
+    }
+
+
+@app.task(name=EXPIRE)
+def expire_approvals() -> int:
+    return len(service().expire_approvals())
+
+
+@app.task(name=PURGE)
+def purge() -> int:
+    return service().purge(timedelta(days=settings().retention_days))

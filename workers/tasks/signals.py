@@ -1,0 +1,76 @@
+"""What a worker and a beat do as they start: the metrics server, the beat's folder, a
+word on the pool, and database connections of each pool process's own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from celery.signals import beat_init, worker_init, worker_process_init
+
+from workers.service.broker import NOTIFY_QUEUE, QUEUE, app
+from workers.service.settings import settings
+from workers.service.wiring import service
+from workers.tasks import metrics
+
+log = logging.getLogger("airlock")
+
+
+@worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    config = settings()
+    if config.worker_metrics_port:
+        metrics.serve(config.worker_metrics_port, config.home / "metrics")
+        log.info(
+            "serving metrics",
+            extra={"action": "metrics.serving", "port": config.worker_metrics_port},
+        )
+
+
+@beat_init.connect
+def _schedule_folder(sender: Any = None, **_: object) -> None:
+    # `celery -A workers beat` too: beat opens its schedule file in a folder it does not
+    # make (`airlock beat` makes it before, or refuses in one line)
+    filename = getattr(sender, "schedule_filename", None)
+    if filename:
+        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+
+
+THREADS_POOL = "celery.concurrency.thread"
+SOLO_POOL = "celery.concurrency.solo"
+
+
+def pool_warning(pool_cls: object, queues: Iterable[str] = (QUEUE,)) -> str | None:
+    """What an operator should know of the worker's pool before it takes tasks: the
+    threads pool waits about a second between tasks under load (Celery's deferred
+    acknowledgement with ``acks_late`` and prefetch 1 outside prefork, celery#6941;
+    measured: see BENCHMARKS.md). A consumer of
+    deliveries alone is not warned: each of its tasks delivers all that is due."""
+    if getattr(pool_cls, "__module__", None) != THREADS_POOL or set(queues) == {NOTIFY_QUEUE}:
+        return None
+    return (
+        "the threads pool (-P threads) waits about a second between tasks under load "
+        "(Celery's deferred acknowledgement with acks_late, celery#6941): run airlock "
+        "worker without -P, or -P prefork"
+    )
+
+
+@worker_init.connect
+def _as_the_pool_needs(sender: Any = None, **_: object) -> None:
+    pool_cls = getattr(sender, "pool_cls", None)
+    warning = pool_warning(pool_cls, app.amqp.queues.consume_from or (QUEUE,))
+    if warning is not None:
+        log.warning(warning, extra={"action": "worker.pool"})
+    if getattr(pool_cls, "__module__", None) == SOLO_POOL:
+        # a solo worker runs its tasks in this thread, as a pool child runs them in its own
+        service().hold_connections()
+
+
+@worker_process_init.connect
+def _fresh_connections(**_: object) -> None:
+    # a forked child must not share the parent's database connections; its tasks run
+    # in this thread, which keeps its own between them
+    service.cache_clear()
+    service().hold_connections()
