@@ -4,32 +4,26 @@ principals, the registry of agents, the settings, the broker wake-ups are publis
 to, and ``wiring``, which builds the process's one ``Service``). It imports no door
 (``workers.http``, ``workers.tasks``, ``workers.cli``): import-linter holds it to that.
 
-Its public names are those of ``core``, re-exported here."""
+Its public names (the ``Service`` and what its use cases answer and raise) are
+re-exported here."""
 
 from __future__ import annotations
 
-from workers.service.core import (
-    MAX_DELIVERIES,
+from workers.service.core import Service
+from workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport
+from workers.service.principals import ForbiddenError, Principal
+from workers.service.results import (
     ConflictError,
     DecisionResult,
-    DeliveryError,
-    DeliveryReport,
     Enqueue,
-    EventType,
-    ForbiddenError,
     IdempotencyMismatchError,
-    Limits,
     Notify,
-    Outcome,
-    Principal,
-    SegmentResult,
-    Service,
     Stats,
     SweeperHealth,
     SweeperState,
     SweepReport,
-    is_database_error,
 )
+from workers.service.segments import EventType, Limits, Outcome, SegmentResult, is_database_error
 
 __all__ = [
     "MAX_DELIVERIES",

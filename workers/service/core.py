@@ -5,45 +5,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Literal, Protocol
+from datetime import timedelta
 
 from pydantic import JsonValue
-from sqlalchemy import text
 
 from loop import (
-    StateError,
     SuspendedRunState,
-    check_decisions,
 )
-from loop.canonical import sha256_hex
-from loop.errors import AirlockError
-from persistence import schema
 from persistence.domain import (
     ACTIVE,
     ApprovalRecord,
-    DecisionOutcome,
-    Page,
-    Reclaimed,
     Run,
-    RunEvent,
-    RunStatus,
 )
-from persistence.schema import SchemaStatus
 from persistence.store import (
     Clock,
     Event,
-    Receipt,
     RunStore,
-    UnknownRunError,
     utcnow,
 )
-from workers.service.decisions import DecisionBody, to_loop_decisions
+from workers.service.approving import Approvals
+from workers.service.decisions import DecisionBody
 from workers.service.keeper import Keeper
 from workers.service.outbound import (
-    MAX_DELIVERIES,
-    DeliveryError,
     DeliveryReport,
     Send,
     deliver_due,
@@ -51,154 +34,34 @@ from workers.service.outbound import (
 from workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
-    Authority,
-    ForbiddenError,
     Principal,
     Standing,
-    authorise,
     may_operate,
 )
-from workers.service.registry import Registry, UnknownAgentError
+from workers.service.reads import Reads
+from workers.service.registry import Registry
+from workers.service.results import (
+    SWEEPER,
+    ConflictError,
+    DecisionResult,
+    Enqueue,
+    IdempotencyMismatchError,
+    Notify,
+    SweepReport,
+)
 from workers.service.segments import (
     EventType,
     Limits,
-    Outcome,
     SegmentResult,
     Segments,
-    is_database_error,
 )
 from workers.service.sessions import Sessions
 
 log = logging.getLogger("airlock")
 
-__all__ = [
-    "MAX_DELIVERIES",
-    "ConflictError",
-    "DecisionResult",
-    "DeliveryError",
-    "DeliveryReport",
-    "Enqueue",
-    "ForbiddenError",
-    "IdempotencyMismatchError",
-    "Principal",
-    "EventType",
-    "Limits",
-    "Notify",
-    "Outcome",
-    "SegmentResult",
-    "Service",
-    "Stats",
-    "SweepReport",
-    "is_database_error",
-]
-
-
-class Enqueue(Protocol):
-    def __call__(self, run_id: str, delay: float | None = None) -> None:
-        """Publish a wake-up for the run. Losing it is safe: the sweeper re-sends."""
-
-
-class Notify(Protocol):
-    def __call__(self, event_type: EventType, run_id: str) -> None:
-        """Wake a deliverer of the outbox: a notification of this type was just recorded
-        for the run. Losing it is safe: the beat delivers what is due."""
-
-
-class ConflictError(AirlockError):
-    """The run is not in a state that allows this."""
-
-    def __init__(self, message: str, *, expired: bool = False) -> None:
-        super().__init__(message)
-        self.expired = expired
-        """The approval expired before the decision came."""
-
-
-class IdempotencyMismatchError(ConflictError):
-    """The caller used this idempotency key for another request (another agent, input,
-    metadata or requester)."""
-
-
-@dataclass(frozen=True)
-class DecisionResult:
-    """``recorded``: this request won (202). ``partial``: this principal's approval was
-    recorded, more are needed (200). ``duplicate``: the same decision (or this
-    principal's same approval) was already applied (200). ``withdrawn``: this
-    principal's approval was withdrawn (200)."""
-
-    result: Literal["recorded", "partial", "duplicate", "withdrawn"]
-    decision: dict[str, JsonValue]
-    approver: str | None
-    approved_by: tuple[str, ...] = ()
-    """With a quorum: the principals that approved this decision so far."""
-    quorum: int = 1
-
-
-@dataclass(frozen=True)
-class SweepReport:
-    requeued_stale: tuple[str, ...]
-    reclaimed: Reclaimed
-
-
-SWEEPER = "sweep"
-"""The beat job whose last run tells whether a beat is alive."""
-
-
-class SweeperState(StrEnum):
-    NEVER = "never"
-    """No sweep is recorded in this database yet (no beat ran against it)."""
-    OK = "ok"
-    STALE = "stale"
-    """None for ``stale_after``: beat, the broker or every worker is down."""
-
-
-@dataclass(frozen=True)
-class SweeperHealth:
-    """When the sweeper last ran, and whether that is too long ago: ``never`` (no beat
-    has run against this database yet), ``stale`` (none for ``stale_after``) or ``ok``."""
-
-    last_run: datetime | None
-    at: datetime
-    stale_after: timedelta
-
-    @property
-    def age_seconds(self) -> float | None:
-        return None if self.last_run is None else (self.at - self.last_run).total_seconds()
-
-    @property
-    def state(self) -> SweeperState:
-        if self.last_run is None:
-            return SweeperState.NEVER
-        return SweeperState.STALE if self.at - self.last_run > self.stale_after else SweeperState.OK
-
-
-def stale_after(sweep_interval: timedelta) -> timedelta:
-    """A sweeper silent this long is stale: a few missed runs, and never under a minute
-    (a beat restarting, or a slow sweep, is not yet a dead beat)."""
-    return max(4 * sweep_interval, timedelta(minutes=1))
-
-
-@dataclass(frozen=True)
-class Stats:
-    runs: dict[RunStatus, int]
-    oldest_waiting: datetime | None
-    """When the longest-waiting run started waiting."""
-    expired_leases: int
-    finished: dict[int, dict[RunStatus, int]]
-    """Runs finished within the last N minutes, by status, for each N asked."""
-    notifications_due: int
-    notifications_given_up: int
-    at: datetime
-    sweeper: SweeperHealth
-
-    @property
-    def oldest_waiting_seconds(self) -> float | None:
-        if self.oldest_waiting is None:
-            return None
-        return (self.at - self.oldest_waiting).total_seconds()
-
 
 @dataclass
-class Service:
+class Service(Reads):
     store: RunStore
     registry: Registry
     enqueue: Enqueue
@@ -214,6 +77,7 @@ class Service:
     """Whoever holds one of these may cancel and retry any run
     (``AIRLOCK_OPERATOR_ROLES``)."""
     _segments: Segments = field(init=False, repr=False)
+    _approvals: Approvals = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         keeper = self.keeper or Keeper(self.store, self.limits.lease, self.limits.events_delay)
@@ -227,6 +91,7 @@ class Service:
             notifies=self._notifies,
             announce=self._announce,
         )
+        self._approvals = Approvals(self.store, self.registry, self._wake)
 
     # -- start ---------------------------------------------------------------------
 
@@ -303,7 +168,7 @@ class Service:
         ``Segments.run``)."""
         return self._segments.run(run_id, owner, take_over)
 
-    # -- decisions -----------------------------------------------------------------
+    # -- decisions (workers.service.approving) ------------------------------------
 
     def record_decision(
         self,
@@ -316,237 +181,31 @@ class Service:
         also: Sequence[Event] = (),
     ) -> DecisionResult:
         """Record ``principal``'s decision for the turn that waits and wake a worker to
-        resume. The ``decision`` audit event (and ``also``, before it) is written with
-        the decision. When the calls it approves need a quorum, it is recorded as this
-        principal's approval (an ``approval`` event) and the decision is made by the
-        approval that completes the quorum. ``sign_in``: the inbox sign-in (its stored
-        id) it is made under, re-checked in the decision's transaction.
-
-        Raises ``UnknownRunError`` (no such run), ``DecisionError`` (malformed for this
-        turn: unknown call ids, edits that fail the tool's schema), ``ForbiddenError``
-        (a role the principal does not hold, its own run, an ``approver`` that is not
-        who it is) and ``ConflictError`` (not waiting, another turn, another decision
-        already won, or another approval by this principal).
-        """
-        principal = principal.vouching(body.approver)
-        if body.decision == "withdraw":
-            return self.withdraw_approval(
-                run_id, body.turn_digest, principal, webhook_id=webhook_id
-            )
-        run = self.store.runs.get(run_id)
-        if run is None:
-            raise UnknownRunError(f"no run has id {run_id!r}")
-        stored = body.stored()
-        decisions = self.store.decisions
-        receipt = _receipt(principal, webhook_id, body.turn_digest, stored)
-        if principal is AIRLOCK:
-            # the expiry's whole-turn deny: Airlock's own, guarded on the approval expired
-            outcome = decisions.record_decision(
-                run.id,
-                body.turn_digest,
-                stored,
-                approver=principal.id,
-                receipt=receipt,
-                events=[*also, ("decision", self._audit(body, principal, None, stored))],
-                expiry=True,
-            )
-            return self._outcome(run.id, outcome, stored, principal, 1)
-        if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest != body.turn_digest:
-            # Check and act in one step: a decision is authorised on the turn this read
-            # shows waiting, and its write re-checks that turn. A turn the read does not
-            # show waiting is answered from what is stored (a replay, the same decision
-            # again) or refused; nothing is written for it, whatever happens next.
-            explained = decisions.explain(run.id, body.turn_digest, stored, receipt)
-            return self._outcome(run.id, explained, stored, principal, 1)
-        # The authority is worked out on this read's turn: its digest (which binds the run,
-        # the suspension and its calls), its checkpoint, the run's agent and requester
-        # (never changed). The write below is guarded on the run still waiting on this
-        # digest with its approval live, in its own statement (or under the row's lock).
-        authority = self._authorise(run, stored, principal)
-        payload = self._audit(body, principal, authority, stored)
-        if authority.approves and authority.quorum > 1:
-            return self._approve(
-                run,
-                stored=stored,
-                principal=principal,
-                authority=authority,
-                payload=payload,
-                receipt=receipt,
-                sign_in=sign_in,
-                also=also,
-            )
-        outcome = decisions.record_decision(
-            run.id,
-            body.turn_digest,
-            stored,
-            approver=principal.id,
-            receipt=receipt,
-            sign_in=sign_in,
-            events=[*also, ("decision", payload)],
+        resume (see ``Approvals.record_decision``)."""
+        return self._approvals.record_decision(
+            run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
         )
-        return self._outcome(run.id, outcome, stored, principal, 1)
-
-    @staticmethod
-    def _audit(
-        body: DecisionBody,
-        principal: Principal,
-        authority: Authority | None,
-        stored: dict[str, JsonValue],
-    ) -> dict[str, JsonValue]:
-        """The payload of a decision's (or an approval's) audit event."""
-        roles: list[str] = list(authority.roles) if authority else []
-        return {
-            "turn_digest": body.turn_digest,
-            "approver": principal.id,
-            "source": principal.source,
-            "principal": principal.id,
-            "auth": principal.auth(roles),
-            "roles": list(roles),
-            "covered_calls": list(authority.covered) if authority else [],
-            **({"effect": authority.effect} if authority else {}),
-            **stored,
-        }
 
     def withdraw_approval(
-        self,
-        run_id: str,
-        turn_digest: str,
-        principal: Principal,
-        *,
-        webhook_id: str | None = None,
+        self, run_id: str, turn_digest: str, principal: Principal, *, webhook_id: str | None = None
     ) -> DecisionResult:
-        """Withdraw ``principal``'s approval of the turn that waits, before its quorum is
-        reached (an ``approval`` event with ``withdrawn``); ``approved_by``: the
-        approvals left. Raises ``UnknownRunError`` and ``ConflictError`` (no such
-        approval, or the turn no longer waits)."""
-        event: Event = (
-            "approval",
-            {
-                "turn_digest": turn_digest,
-                "approver": principal.id,
-                "principal": principal.id,
-                "source": principal.source,
-                "auth": principal.auth([]),
-                "withdrawn": True,
-            },
+        """Withdraw ``principal``'s approval of the turn that waits, before its quorum
+        (see ``Approvals.withdraw_approval``)."""
+        return self._approvals.withdraw_approval(
+            run_id, turn_digest, principal, webhook_id=webhook_id
         )
-        receipt = _receipt(principal, webhook_id, turn_digest, {"decision": "withdraw"})
-        outcome = self.store.decisions.withdraw(
-            run_id, turn_digest, principal.id, [event], receipt=receipt
-        )
-        quorum = self._quorum(run_id) if outcome.result == "withdrawn" else 1
-        return self._outcome(run_id, outcome, {"decision": "withdraw"}, principal, quorum)
-
-    def _quorum(self, run_id: str) -> int:
-        """The quorum the turn the run waits on asks for (1 when it cannot be read)."""
-        run = self.store.runs.get(run_id)
-        if run is None or run.agent not in self.registry:
-            return 1
-        try:
-            state = self.pending(run)
-        except StateError:
-            return 1
-        agent = self.registry.get(run.agent)
-        calls = state.pending_calls if state else ()
-        return max((agent.approval_of(c.name)[1] for c in calls if c.requires_approval), default=1)
-
-    def _approve(
-        self,
-        run: Run,
-        *,
-        stored: dict[str, JsonValue],
-        principal: Principal,
-        authority: Authority,
-        payload: dict[str, JsonValue],
-        receipt: Receipt | None,
-        sign_in: str | None,
-        also: Sequence[Event],
-    ) -> DecisionResult:
-        """One principal's approval toward the quorum ``authority`` asks for, on the turn
-        the run waits on (which ``authority`` was worked out for)."""
-        quorum = authority.quorum
-
-        def audit(approved_by: tuple[str, ...], reached: bool, replaced: bool) -> list[Event]:
-            tally: dict[str, JsonValue] = {"approved_by": list(approved_by), "quorum": quorum}
-            if replaced:
-                tally["replaced"] = True
-            return [*also, ("decision" if reached else "approval", payload | tally)]
-
-        assert run.turn_digest is not None
-        outcome = self.store.decisions.approve(
-            run.id,
-            run.turn_digest,
-            stored,
-            effect=authority.effect,
-            principal=principal.id,
-            auth=principal.auth(authority.roles),
-            quorum=quorum,
-            audit=audit,
-            receipt=receipt,
-            sign_in=sign_in,
-        )
-        return self._outcome(run.id, outcome, stored, principal, quorum)
-
-    def _outcome(
-        self,
-        run_id: str,
-        outcome: DecisionOutcome,
-        stored: dict[str, JsonValue],
-        principal: Principal,
-        quorum: int,
-    ) -> DecisionResult:
-        approved_by = outcome.approved_by
-        match outcome.result:
-            case "recorded":
-                self._wake(run_id)
-                return DecisionResult("recorded", stored, principal.id, approved_by, quorum)
-            case "partial":
-                return DecisionResult("partial", stored, principal.id, approved_by, quorum)
-            case "duplicate":
-                if outcome.stored is None:  # this principal's approval, the quorum not reached
-                    return DecisionResult("duplicate", stored, principal.id, approved_by, quorum)
-                decided = outcome.stored
-                return DecisionResult(
-                    "duplicate", decided.decision, decided.approver, approved_by, quorum
-                )
-            case "withdrawn":
-                return DecisionResult("withdrawn", stored, principal.id, approved_by, quorum)
-            case "not_found":
-                raise UnknownRunError(f"no run has id {run_id!r}")
-            case "conflict":
-                reason = outcome.reason or "the decision was not applied"
-                raise ConflictError(reason, expired=outcome.expired)
-
-    def _authorise(self, run: Run, stored: dict[str, JsonValue], principal: Principal) -> Authority:
-        """The decision is well formed for the turn that waits, and the principal may
-        make it (``principals.authorise``)."""
-        try:
-            agent = self.registry.get(run.agent)
-        except UnknownAgentError as exc:
-            raise ConflictError(f"{exc}; the run cannot be resumed here") from exc
-        state = self.store.runs.load_state(run)
-        decisions = to_loop_decisions(stored, state)
-        check_decisions(agent, state, decisions)
-        return authorise(principal, agent, state, decisions, requested_by=run.requested_by)
 
     def approval_rule(self, agent: str, tool: str) -> tuple[tuple[str, ...], int] | None:
-        """Who may decide a call of ``tool`` (roles; none: anyone) and how many distinct
-        principals must approve it; None for an agent this process does not know."""
-        if agent not in self.registry:
-            return None
-        return self.registry.get(agent).approval_of(tool)
+        """Who may decide a call of ``tool`` and how many must approve it."""
+        return self._approvals.approval_rule(agent, tool)
 
     def approvals(self, run: Run) -> list[ApprovalRecord]:
         """The approvals recorded toward a quorum for the turn the run waits on."""
-        if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest is None:
-            return []
-        return self.store.decisions.approvals(run.id, run.turn_digest)
+        return self._approvals.approvals(run)
 
     def pending(self, run: Run) -> SuspendedRunState | None:
         """The suspended turn an approver must see, while the run waits."""
-        if run.status is not RunStatus.WAITING_FOR_APPROVAL:
-            return None
-        return self.store.runs.load_state(run)
+        return self._approvals.pending(run)
 
     # -- operator actions ----------------------------------------------------------
 
@@ -650,76 +309,6 @@ class Service:
     def purge(self, older_than: timedelta, *, progress: Callable[[int], None] | None = None) -> int:
         return self.store.retention.purge(older_than, progress=progress)
 
-    # -- reads ---------------------------------------------------------------------
-
-    def get_run(self, run_id: str) -> Run:
-        """Raises ``UnknownRunError``."""
-        return self.store.runs.require(run_id)
-
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        agent: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        oldest_first: bool = False,
-        statuses: Sequence[RunStatus] = (),
-        metadata_contains: str | None = None,
-    ) -> Page:
-        """Newest first (or oldest first), keyset-paginated (see ``Queries.list_runs``).
-        Raises ``BadCursorError``."""
-        return self.store.queries.list_runs(
-            status=status,
-            agent=agent,
-            limit=limit,
-            cursor=cursor,
-            oldest_first=oldest_first,
-            statuses=statuses,
-            metadata_contains=metadata_contains,
-        )
-
-    def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[RunEvent]:
-        """The run's audit stream. Raises ``UnknownRunError``."""
-        events = self.store.events.read(run_id, after=after, limit=limit)
-        if not events:  # none after ``after``, or no such run: only then is the run read
-            self.get_run(run_id)
-        return events
-
-    def stats(self, *, finished_within: Sequence[int] = (5, 15, 60)) -> Stats:
-        """The store's figures, for ``airlock stats`` and ``/metrics``."""
-        queries, now = self.store.queries, self.clock()
-        outbox = self.store.outbox.counts()
-        return Stats(
-            runs=queries.count_by_status(),
-            oldest_waiting=queries.oldest_waiting(),
-            expired_leases=queries.expired_lease_count(),
-            finished={
-                m: queries.finished_since(now - timedelta(minutes=m)) for m in finished_within
-            },
-            notifications_due=outbox.due,
-            notifications_given_up=outbox.given_up,
-            at=now,
-            sweeper=self.sweeper(),
-        )
-
-    def sweeper(self) -> SweeperHealth:
-        """When beat's sweeper last ran, and whether that is too long ago."""
-        return SweeperHealth(
-            self.store.beat.last_run(SWEEPER),
-            self.clock(),
-            stale_after(self.limits.sweep_interval),
-        )
-
-    def ping(self) -> None:
-        """Raises unless the database answers."""
-        with self.store.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
-    def schema_status(self) -> SchemaStatus:
-        """Whether the database's schema is this version's (``persistence.schema``)."""
-        return schema.check(self.store.engine)
-
     def sign_ins(self, secret: str | None) -> Sessions:
         """The inbox's sign-in sessions, kept in this service's store."""
         return Sessions(self.store, secret)
@@ -740,17 +329,6 @@ class Service:
     ) -> DeliveryReport:
         """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
         return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
-
-
-def _receipt(
-    principal: Principal, webhook_id: str | None, turn_digest: str, asked: dict[str, JsonValue]
-) -> Receipt | None:
-    """A signed webhook's receipt: its id, as its approval client's own, and a digest of
-    what it asked for (its principal, turn and decision)."""
-    if webhook_id is None:
-        return None
-    request = sha256_hex({"principal": principal.id, "turn_digest": turn_digest, **asked})
-    return Receipt(principal.client or principal.method, webhook_id, request)
 
 
 def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
