@@ -4,20 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from loop.canonical import sha256_hex
-from persistence.crypto import StateCipher
 from persistence.domain import ApprovalRecord, DecisionOutcome, DecisionRecord, RunStatus
 from persistence.store import sql
 from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
+from persistence.store.decision_statements import (
+    APPROVERS,
+    LOCK_WAITING,
+    REPLACE_MINE,
+    SAME_PROPOSAL,
+    SIGNED_OUT,
+    USED_ELSEWHERE,
+    USED_FOR_ANOTHER,
+    approval_noted,
+    proposal_of,
+    signed_in,
+    to_decision,
+)
 from persistence.store.dialects import Writes
 
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
@@ -86,8 +96,8 @@ class Decisions:
             # one statement (autocommit on PostgreSQL), or a transaction of a few
             several = receipt is not None or sign_in is not None
             with self._ctx.conns.tx() if several else self._ctx.conns.one() as s:
-                if not _signed_in(s, sign_in, now):
-                    return _SIGNED_OUT
+                if not signed_in(s, sign_in, now):
+                    return SIGNED_OUT
                 self._keep(s, receipt, params)
                 if not self._ctx.sql.decide(s, params, row, events, expiry=expiry):
                     raise _NotWaitingError
@@ -112,62 +122,68 @@ class Decisions:
         """Record ``principal``'s approval of ``decision`` for the turn that waits; the
         approval that makes ``quorum`` distinct principals of the same ``effect`` (what
         the decision does to each call it covers, whatever its wording) also records
-        the decision and moves the run waiting → queued, in its transaction. An
-        approval of another effect by the same principal replaces theirs.
-
-        The transaction locks the run's row first (``FOR UPDATE``; SQLite's writers
-        queue on ``BEGIN IMMEDIATE``), so concurrent approvals are counted one after
-        another and exactly one of them reaches the quorum. The same approval again, a
-        webhook id used before, or a turn no longer waiting rolls it all back and is
-        explained as ``record_decision``'s are.
-        """
+        the decision and moves the run waiting → queued, in its transaction; one of
+        another effect by the same principal replaces theirs. The transaction locks the
+        run's row first (``FOR UPDATE``; SQLite's writers queue on ``BEGIN IMMEDIATE``),
+        so concurrent approvals are counted one after another and exactly one reaches
+        the quorum. The same approval again, a webhook id used before, or a turn no
+        longer waiting rolls it all back and is explained as ``record_decision``'s are."""
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
         record = DecisionRecord(run_id, turn_digest, decision, principal, None, self._ctx.now())
-        now = record.created_at
         proposal = proposal_of(run_id, turn_digest, effect)
-        params = {"rid": rid, "digest": turn_digest, "now": now}
+        params = {"rid": rid, "digest": turn_digest, "now": record.created_at}
         mine = params | {"principal": principal, "proposal": proposal}
         try:
             with self._ctx.conns.tx() as s:
-                if s.execute(_LOCK_WAITING, params).first() is None:
+                if s.execute(LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
-                if not _signed_in(s, sign_in, now):
-                    return _SIGNED_OUT
+                if not signed_in(s, sign_in, record.created_at):
+                    return SIGNED_OUT
                 self._keep(s, receipt, params)
-                replaced = s.execute(_REPLACE_MINE, mine).rowcount > 0
-                s.execute(
-                    APPROVALS.insert(),
-                    {
-                        "run_id": rid,
-                        "turn_digest": turn_digest,
-                        "principal": principal,
-                        "auth": auth,
-                        "decision": self._ctx.cipher.seal_json(decision),
-                        "proposal": proposal,
-                        "webhook_id": None,  # kept as a receipt: see ``_keep``
-                        "created_at": now,
-                    },
-                )
-                approved_by = tuple(s.scalars(_SAME_PROPOSAL, params | {"proposal": proposal}))
+                replaced = s.execute(REPLACE_MINE, mine).rowcount > 0
+                s.execute(APPROVALS.insert(), self._approval_row(record, auth, proposal))
+                approved_by = tuple(s.scalars(SAME_PROPOSAL, params | {"proposal": proposal}))
                 reached = len(approved_by) >= quorum
-                events = audit(approved_by, reached, replaced)
-                if reached:
-                    row = self._row(record)
-                    if not self._ctx.sql.decide(s, params, row, events, expiry=False):
-                        raise _NotWaitingError
-                elif not self._ctx.sql.with_events(
-                    s, "approval", _approval_noted, params, Writes(events)
-                ):
-                    raise _NotWaitingError
+                self._tally(s, record, params, audit(approved_by, reached, replaced), reached)
         except (IntegrityError, _NotWaitingError):
             return self.explain(
                 run_id, turn_digest, decision, receipt, principal=principal, proposal=proposal
             )
-        if not reached:
+        if not reached:  # the quorum is not: this approval waits for more
             return DecisionOutcome("partial", approved_by=approved_by)
         return DecisionOutcome("recorded", record, approved_by=approved_by)
+
+    def _approval_row(
+        self, record: DecisionRecord, auth: dict[str, JsonValue], proposal: str
+    ) -> dict[str, Any]:
+        return {
+            "run_id": parse_run_id(record.run_id),
+            "turn_digest": record.turn_digest,
+            "principal": record.approver,
+            "auth": auth,
+            "decision": self._ctx.cipher.seal_json(record.decision),
+            "proposal": proposal,
+            "webhook_id": None,  # kept as a receipt: see ``_keep``
+            "created_at": record.created_at,
+        }
+
+    def _tally(
+        self,
+        s: Connection,
+        record: DecisionRecord,
+        params: dict[str, Any],
+        events: Sequence[Event],
+        reached: bool,
+    ) -> None:
+        """An approval's events: with the decision, when it reached the quorum, else
+        alone; rolled back when the run no longer waits on the turn."""
+        if reached:
+            if not self._ctx.sql.decide(s, params, self._row(record), events, expiry=False):
+                raise _NotWaitingError
+        elif not self._ctx.sql.with_events(s, "approval", approval_noted, params, Writes(events)):
+            raise _NotWaitingError
 
     def withdraw(
         self,
@@ -189,17 +205,17 @@ class Decisions:
         params = {"rid": rid, "digest": turn_digest, "now": self._ctx.now()}
         try:
             with self._ctx.conns.tx() as s:
-                if s.execute(_LOCK_WAITING, params).first() is None:
+                if s.execute(LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
                 self._keep(s, receipt, params)
                 mine = params | {"principal": principal, "proposal": ""}
-                if not s.execute(_REPLACE_MINE, mine).rowcount:
+                if not s.execute(REPLACE_MINE, mine).rowcount:
                     raise _NoApprovalError
                 noted = self._ctx.sql.with_events(
-                    s, "approval", _approval_noted, params, Writes(events)
+                    s, "approval", approval_noted, params, Writes(events)
                 )
                 assert noted, "the run's row is locked and checked"
-                left = tuple(s.scalars(_APPROVERS, params))
+                left = tuple(s.scalars(APPROVERS, params))
         except _NoApprovalError:
             why = f"{principal} has no approval of this turn to withdraw"
             return DecisionOutcome("conflict", None, why)
@@ -276,7 +292,7 @@ class Decisions:
                 )
                 if mine is not None and mine["proposal"] == proposal:
                     same = {"rid": mine["run_id"], "digest": turn_digest, "proposal": proposal}
-                    approved_by = tuple(s.scalars(_SAME_PROPOSAL, same))
+                    approved_by = tuple(s.scalars(SAME_PROPOSAL, same))
                     return DecisionOutcome("duplicate", approved_by=approved_by)
             return self._why_not_waiting(s, run_id, turn_digest)
 
@@ -318,12 +334,12 @@ class Decisions:
         if kept is None:
             return None
         if str(kept.run_id) != run_id:
-            return _USED_ELSEWHERE
+            return USED_ELSEWHERE
         if kept.request != receipt.request:
-            return _USED_FOR_ANOTHER
+            return USED_FOR_ANOTHER
         stored = self._decision(s, run_id, kept.turn_digest)
         approvals = {"rid": kept.run_id, "digest": kept.turn_digest}
-        approved_by = tuple(s.scalars(_APPROVERS, approvals))
+        approved_by = tuple(s.scalars(APPROVERS, approvals))
         return DecisionOutcome("duplicate", stored, approved_by=approved_by)
 
     def _why_not_waiting(self, s: Connection, run_id: str, turn_digest: str) -> DecisionOutcome:
@@ -359,80 +375,3 @@ class Decisions:
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)
-
-
-_SIGNED_OUT = DecisionOutcome("conflict", None, "your sign-in has ended: sign in again")
-
-_OPEN_SIGN_IN = (
-    select(SESSIONS.c.id)
-    .where(SESSIONS.c.id == bindparam("sid"), SESSIONS.c.expires_at > bindparam("now"))
-    .with_for_update(read=True)
-)
-
-
-def _signed_in(s: Connection, sign_in: str | None, now: datetime) -> bool:
-    """Whether the sign-in a decision is made under (if any) is still open; its row is
-    held until the commit (SQLite's writers are one at a time already)."""
-    if sign_in is None:
-        return True
-    return s.execute(_OPEN_SIGN_IN, {"sid": sign_in, "now": now}).first() is not None
-
-
-_USED_ELSEWHERE = DecisionOutcome(
-    "conflict", None, "this client already used this webhook-id for another run"
-)
-
-_USED_FOR_ANOTHER = DecisionOutcome(
-    "conflict", None, "this client already used this webhook-id for another request"
-)
-
-_APPROVERS = (
-    select(APPROVALS.c.principal)
-    .where(APPROVALS.c.run_id == bindparam("rid"), APPROVALS.c.turn_digest == bindparam("digest"))
-    .order_by(APPROVALS.c.id)
-)
-
-_LOCK_WAITING = select(RUNS.c.id).where(sql.waiting_guard(expiry=False)).with_for_update()
-"""The run's row, locked, while it waits on the turn with its approval live."""
-
-_REPLACE_MINE = APPROVALS.delete().where(
-    APPROVALS.c.run_id == bindparam("rid"),
-    APPROVALS.c.turn_digest == bindparam("digest"),
-    APPROVALS.c.principal == bindparam("principal"),
-    APPROVALS.c.proposal != bindparam("proposal"),
-)
-"""The principal's approval of the turn with another effect than ``proposal`` (with
-'', every one: a withdrawal)."""
-
-_SAME_PROPOSAL = (
-    select(APPROVALS.c.principal)
-    .where(
-        APPROVALS.c.run_id == bindparam("rid"),
-        APPROVALS.c.turn_digest == bindparam("digest"),
-        APPROVALS.c.proposal == bindparam("proposal"),
-    )
-    .order_by(APPROVALS.c.id)
-)
-
-
-def _approval_noted() -> Any:
-    """The UPDATE that numbers a partial approval's events: the run's row is locked
-    and checked already."""
-    return update(RUNS).where(RUNS.c.id == bindparam("rid")).values(updated_at=bindparam("now"))
-
-
-def proposal_of(run_id: str, turn_digest: str, effect: dict[str, JsonValue]) -> str:
-    """What approvals of the same effect share: a digest of it, bound to the run and
-    turn (so equal edits on two runs do not show as equal)."""
-    return sha256_hex({"run_id": run_id, "turn_digest": turn_digest, "effect": effect})
-
-
-def to_decision(row: Mapping[Any, Any], cipher: StateCipher) -> DecisionRecord:
-    return DecisionRecord(
-        run_id=str(row["run_id"]),
-        turn_digest=row["turn_digest"],
-        decision=cipher.open_json(row["decision"], "a decision"),
-        approver=row["approver"],
-        webhook_id=row["webhook_id"],
-        created_at=row["created_at"],
-    )

@@ -61,18 +61,7 @@ class Ledger:
         ``prior``: what the segment has yet to write, written first, in the same statement
         (one round trip, not two), under the same lease; also when the call was in the
         ledger already."""
-        row: dict[str, Any] = {
-            "run_id": uuid.UUID(run_id),
-            "call_id": call_id,
-            "tool": tool,
-            "effect": effect,
-            "arguments": self._ctx.cipher.seal_json(arguments),
-            "status": CallStatus.STARTED.value,
-            "result": None,
-            "is_error": False,
-            "attempts": 1,
-            "started_at": self._ctx.now(),
-        }
+        row = self._started(run_id, call_id, tool, effect, arguments)
         if prior is not None and prior.events:
             return self._start_after(run_id, row, prior, owner)
         params = {f"s_{c}": v for c, v in row.items()} | {"owner": owner}
@@ -92,6 +81,23 @@ class Ledger:
                 f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
             )
         return to_entry(row, self._ctx.cipher), True
+
+    def _started(
+        self, run_id: str, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+    ) -> dict[str, Any]:
+        """A call's ledger row as it starts."""
+        return {
+            "run_id": uuid.UUID(run_id),
+            "call_id": call_id,
+            "tool": tool,
+            "effect": effect,
+            "arguments": self._ctx.cipher.seal_json(arguments),
+            "status": CallStatus.STARTED.value,
+            "result": None,
+            "is_error": False,
+            "attempts": 1,
+            "started_at": self._ctx.now(),
+        }
 
     def _start_after(
         self, run_id: str, row: dict[str, Any], prior: Prior, owner: str | None

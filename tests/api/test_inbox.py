@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from tests.api.conftest import Api, make_api
 from tests.integration.agents import HOSTILE_BODY
 from tests.issuer import Issuer
-from workers.http.inbox import CSP
+from workers.http.inbox.pages import CSP
 from workers.service.sessions import PER_CLIENT, PER_NAME, WINDOW
 from workers.testing import TOKEN
 

@@ -95,3 +95,51 @@ def test_the_door_check_sees_a_store_reached(tmp_path: Path) -> None:
     shell = tmp_path / "shell.py"
     shell.write_text("def f(service):\n    return service.store.runs.get('x')\n")
     assert reaches_the_store(shell) == [2]
+
+
+PRODUCT = LOOP.parent
+MIGRATIONS = PRODUCT / "persistence" / "migrations" / "versions"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 50
+
+
+def product_modules() -> list[Path]:
+    """The product's modules; a migration is a record of the schema, written once."""
+    return [
+        path
+        for package in PACKAGES
+        for path in sorted((PRODUCT / package).rglob("*.py"))
+        if MIGRATIONS not in path.parents
+    ]
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_module_over_400_lines_and_no_function_over_50() -> None:
+    modules = product_modules()
+    assert len(modules) > len(PACKAGES), "no product modules found"
+    long_modules = {
+        str(path.relative_to(PRODUCT)): n
+        for path in modules
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    functions = {
+        str(path.relative_to(PRODUCT)): found for path in modules if (found := long_functions(path))
+    }
+    assert long_modules == {}
+    assert functions == {}
+
+
+def test_the_size_check_sees_a_long_function(tmp_path: Path) -> None:
+    source = tmp_path / "long.py"
+    source.write_text("def f():\n" + "    x = 1\n" * 50 + "\n\ndef g():\n    return 1\n")
+    assert long_functions(source) == ["f (51 lines)"]

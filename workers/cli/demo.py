@@ -223,6 +223,10 @@ def _story(console: Console, base: str, secret: str, auth: dict[str, str]) -> No
         f"\n   {done['iterations']} model calls, "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
     )
+    _audit_stream(console, base, run_id, auth)
+
+
+def _audit_stream(console: Console, base: str, run_id: str, auth: dict[str, str]) -> None:
     events = httpx.get(f"{base}/v1/runs/{run_id}/events", headers=auth).json()["events"]
     table = Table("seq", "event", "detail", title="the audit stream")
     for e in events:

@@ -144,6 +144,21 @@ class Authority:
     together when their effects are equal."""
 
 
+def _refuse(principal: Principal, agent: Agent, refused: list[str], *, self_approval: bool) -> None:
+    """Raises ``ForbiddenError`` for calls the principal holds no role for, or for an
+    approval of its own run's calls that the agent does not allow."""
+    if refused:
+        raise ForbiddenError(
+            f"{principal.id} holds none of the roles that may decide "
+            f"{'call' if len(refused) == 1 else 'calls'} {'; '.join(refused)}"
+        )
+    if self_approval and not agent.self_approval:
+        raise ForbiddenError(
+            f"{principal.id} requested this run and may not approve its calls "
+            f"(agent {agent.name!r} does not allow self-approval)"
+        )
+
+
 def authorise(
     principal: Principal,
     agent: Agent,
@@ -180,16 +195,7 @@ def authorise(
             effect[call.id] = {"approve": dict(runs_with)}
         else:
             effect[call.id] = "deny"
-    if refused:
-        raise ForbiddenError(
-            f"{principal.id} holds none of the roles that may decide "
-            f"{'call' if len(refused) == 1 else 'calls'} {'; '.join(refused)}"
-        )
-    if approves and requested_by == principal.id and not agent.self_approval:
-        raise ForbiddenError(
-            f"{principal.id} requested this run and may not approve its calls "
-            f"(agent {agent.name!r} does not allow self-approval)"
-        )
+    _refuse(principal, agent, refused, self_approval=approves and requested_by == principal.id)
     return Authority(
         covered=tuple(call.id for call, _ in covered),
         approves=approves,

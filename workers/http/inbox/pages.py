@@ -1,0 +1,333 @@
+"""The inbox's pages: what each shows and what each form does, rendered on the server."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import JsonValue
+
+from loop import Agent, DecisionError, StateError
+from persistence.domain import Run, RunStatus
+from persistence.store import BadCursorError, UnknownRunError, parse_run_id
+from workers.http.auth import Authenticator
+from workers.http.inbox.forms import Field, FormError, decision_of, fields_of
+from workers.http.inbox.present import NOTICES, STALE, ago, explained, message, timeline, until
+from workers.http.problems import ProblemError
+from workers.service import ConflictError, DecisionResult, Service
+from workers.service.decisions import DecisionBody
+from workers.service.principals import ForbiddenError, Principal, check_name
+from workers.service.sessions import COOKIE, Session, Sessions, csrf_ok
+from workers.service.views import event_view, pending_view
+
+HERE = Path(__file__).parent
+PAGE = 25
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+STATUSES = {"waiting": "waiting", "recent": "recently decided or finished", "all": "all"}
+
+
+class Inbox:
+    def __init__(self, service: Service, auth: Authenticator, sessions: Sessions) -> None:
+        self.service = service
+        self.auth = auth
+        self.sessions = sessions
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(["html"], default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(name).render(**context)
+        return HTMLResponse(html, status, headers=HEADERS)
+
+    def session(self, request: Request) -> Session | None:
+        """The request's sign-in (read from the store: on a worker thread)."""
+        return self.sessions.read(request.cookies.get(COOKIE))
+
+    def same_origin(self, request: Request) -> bool:
+        """A form posted from another site is refused whatever its cookie says."""
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if not origin or origin == "null":
+            return origin is None
+        return urlsplit(origin).netloc == request.headers.get("host")
+
+    async def form(self, request: Request, session: Session | None) -> dict[str, str]:
+        """The posted form, once it came from this site with this sign-in's CSRF token.
+        Raises ``ProblemError`` (403)."""
+        if not self.same_origin(request):
+            raise ProblemError(403, "Forbidden", "the form was posted from another site")
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if session is not None and not csrf_ok(session, fields.get("csrf")):
+            raise ProblemError(403, "Forbidden", "the form's CSRF token is missing or stale")
+        return fields
+
+    def to_login(self) -> RedirectResponse:
+        return RedirectResponse("/inbox/login", 303, headers=HEADERS)
+
+    # -- sign-in -------------------------------------------------------------------------
+
+    def login_context(self) -> dict[str, Any]:
+        return {
+            "api_token": bool(self.auth.api_token),
+            "oidc": self.auth.tokens is not None,
+            "open": self.auth.open,
+        }
+
+    def sign_in(self, form: Mapping[str, str], client: str) -> tuple[Principal, float | None]:
+        """The principal a sign-in form from ``client`` proves, unless too many sign-ins
+        from that client or naming that name failed lately: then its credential is not
+        even checked. Raises ``ThrottledError``, ``ValueError`` / ``ProblemError``."""
+        name = (form.get("name") or "").strip()
+        attempt = self.sessions.attempt(client, name)
+        proved = self.proved(form, name)
+        self.sessions.succeeded(attempt)
+        return proved
+
+    def proved(self, form: Mapping[str, str], name: str) -> tuple[Principal, float | None]:
+        """The principal a sign-in form's credential proves: the API token's holder, as
+        the name given (an operator), or a token's subject with its roles. Raises
+        ``ValueError`` / ``ProblemError``."""
+        token = (form.get("token") or "").strip()
+        api_token = self.auth.api_token
+        if api_token and hmac.compare_digest(token.encode(), api_token.encode()):
+            return _operator(name), None
+        if self.auth.tokens is not None and token.count(".") == 2:
+            return self.auth.tokens.verify(token)
+        if self.auth.open and not token:
+            return _operator(name), None
+        raise ValueError("the token is neither the API token nor a token of the configured issuer")
+
+    # -- the queue -------------------------------------------------------------------------
+
+    def queue(self, params: Mapping[str, str], session: Session) -> dict[str, Any]:
+        status = params.get("status") or "waiting"
+        status = status if status in STATUSES else "waiting"
+        agent = params.get("agent") or None
+        tool = params.get("tool") or None
+        search = (params.get("q") or "").strip()
+        cursor = params.get("cursor") or None
+        error = None
+        runs: list[Run] = []
+        next_cursor = None
+        if search and parse_run_id(search) is not None:
+            try:
+                runs = [self.service.get_run(search)]
+            except UnknownRunError:
+                runs = []
+        else:
+            moved_on = tuple(s for s in RunStatus if s is not RunStatus.WAITING_FOR_APPROVAL)
+            try:
+                page = self.service.list_runs(
+                    status=RunStatus.WAITING_FOR_APPROVAL if status == "waiting" else None,
+                    statuses=moved_on if status == "recent" else (),
+                    agent=agent,
+                    limit=PAGE,
+                    cursor=cursor,
+                    oldest_first=status == "waiting",
+                    metadata_contains=search or None,
+                )
+                runs, next_cursor = list(page.runs), page.next_cursor
+            except BadCursorError as exc:
+                error = str(exc)
+        rows = [self.row(r) for r in runs]
+        if tool:  # the calls are in the (sealed) checkpoint: filtered on the page read
+            rows = [r for r in rows if tool in r["tools"]]
+        filters = {"status": status, "agent": agent or "", "tool": tool or "", "q": search}
+        more = urlencode({**filters, "cursor": next_cursor}) if next_cursor else None
+        return {
+            "session": session,
+            "rows": rows,
+            "filters": filters,
+            "statuses": STATUSES,
+            "agents": self.service.registry.names,
+            "more": more,
+            "query": urlencode(filters),
+            "error": error,
+        }
+
+    def row(self, run: Run) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        pending = pending_view(self.service, run)
+        found = pending.get("calls") if isinstance(pending, dict) else None
+        calls: list[Any] = found if isinstance(found, list) else []
+        return {
+            "id": run.id,
+            "agent": run.agent,
+            "status": run.status.value,
+            "requested_by": run.requested_by,
+            "waiting": ago(now, run.suspended_at) if pending else None,
+            "expires": until(now, run.expires_at) if pending else None,
+            "calls": len(calls),
+            "tools": sorted({c["name"] for c in calls if c.get("requires_approval")}),
+            "digest": run.turn_digest,
+            "metadata": run.metadata,
+            "created": run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+
+    # -- a run -------------------------------------------------------------------------------
+
+    def run_page(
+        self,
+        run_id: str,
+        session: Session,
+        *,
+        notice: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+        form: Mapping[str, str] | None = None,
+    ) -> HTMLResponse:
+        try:
+            run = self.service.get_run(run_id)
+        except UnknownRunError:
+            return self.page("missing.html", 404, session=session, run_id=run_id)
+        pending = pending_view(self.service, run)
+        transcript: list[dict[str, Any]] = []
+        forms: dict[str, list[Field]] = {}
+        try:
+            state = self.service.pending(run)
+        except StateError:
+            state = None
+        if state is not None:
+            agent = self.agent(run)
+            transcript = [message(m) for m in state.transcript]
+            for call in state.pending_calls:
+                forms[call.id] = fields_of(agent, call)
+        events = [event_view(e) for e in self.service.events(run.id)]
+        approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
+        return self.page(
+            "run.html",
+            status,
+            session=session,
+            run=run,
+            pending=pending,
+            approved=approved,
+            transcript=transcript,
+            forms=forms,
+            events=[timeline(e) for e in events],
+            notice=NOTICES.get(notice or ""),
+            error=error,
+            form=form or {},
+        )
+
+    def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
+        try:
+            run = self.service.get_run(run_id)
+            state = self.service.pending(run)
+        except UnknownRunError:
+            return self.page("missing.html", 404, session=session, run_id=run_id)
+        except StateError as exc:
+            return self.run_page(run_id, session, error=str(exc), status=409)
+        if state is None or run.turn_digest != form.get("turn_digest"):
+            return self.run_page(run_id, session, error=STALE, status=409)
+        agent = self.agent(run)
+        forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
+        try:
+            body = decision_of(form, list(state.pending_calls), forms)
+            result = self.service.record_decision(
+                run_id, body, session.principal, sign_in=session.id
+            )
+        except (FormError, DecisionError) as exc:
+            return self.run_page(run_id, session, error=str(exc), status=422, form=form)
+        except ForbiddenError as exc:
+            return self.run_page(run_id, session, error=str(exc), status=403, form=form)
+        except ConflictError as exc:
+            return self.run_page(run_id, session, error=explained(exc), status=409)
+        query = urlencode({"notice": result.result})
+        return RedirectResponse(f"/inbox/runs/{run_id}?{query}", 303, headers=HEADERS)
+
+    def agent(self, run: Run) -> Agent | None:
+        registry = self.service.registry
+        return registry.get(run.agent) if run.agent in registry else None
+
+    # -- bulk ------------------------------------------------------------------------------
+
+    def bulk(self, form: Mapping[str, str], session: Session) -> Response:
+        chosen = [k.removeprefix("run.") for k in form if k.startswith("run.")]
+        action = form.get("action")
+        reason = (form.get("reason") or "").strip() or None
+        results: list[dict[str, Any]] = []
+        error = None
+        if action not in ("approve", "deny"):
+            error = "choose approve or deny"
+        elif action == "deny" and reason is None:
+            error = "a deny needs a reason: the model is told"
+        elif not chosen:
+            error = "select at least one run"
+        else:
+            kinds = set()
+            for run_id in chosen:
+                try:
+                    kinds.add(self.kind(self.service.get_run(run_id)))
+                except (UnknownRunError, StateError):
+                    kinds.add(("?", ()))
+            if len(kinds) != 1:
+                error = "select runs of one agent waiting on the same tools"
+        if error is None:
+            for run_id in chosen:
+                results.append(self.decide_one(run_id, form, session, action or "", reason))
+        return self.page(
+            "bulk.html", 422 if error else 200, session=session, results=results, error=error
+        )
+
+    def kind(self, run: Run) -> tuple[str, tuple[str, ...]]:
+        state = self.service.pending(run)
+        tools = (
+            tuple(sorted({c.name for c in state.pending_calls if c.requires_approval}))
+            if state
+            else ()
+        )
+        return run.agent, tools
+
+    def decide_one(
+        self,
+        run_id: str,
+        form: Mapping[str, str],
+        session: Session,
+        action: str,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        """One run of a bulk decision: its own decision, on the turn the page showed."""
+        digest = form.get(f"digest.{run_id}") or ""
+        body: dict[str, JsonValue] = {"turn_digest": digest, "decision": action, "reason": reason}
+        try:
+            result: DecisionResult = self.service.record_decision(
+                run_id, DecisionBody.model_validate(body), session.principal, sign_in=session.id
+            )
+            return {
+                "run_id": run_id,
+                "ok": True,
+                "outcome": NOTICES.get(result.result, result.result),
+            }
+        except (UnknownRunError, ConflictError, ForbiddenError, DecisionError, ValueError) as exc:
+            return {"run_id": run_id, "ok": False, "outcome": explained(exc)}
+
+
+def _operator(name: str) -> Principal:
+    """Signed in with the API token (or to an open API): an operator, every role."""
+    return Principal(id=check_name(name, "your name"), method="inbox", every_role=True)
