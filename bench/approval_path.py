@@ -109,8 +109,8 @@ def _epoch(value: datetime) -> float:
 
 
 def cpu_groups(stack: Stack) -> dict[str, Callable[[Proc], bool]]:
-    """Where a throughput round's CPU goes: the API process, the worker (the
-    supervisor and its processes), PostgreSQL, Redis, and this benchmark (the clients)."""
+    """Where a throughput round's CPU goes: the API process, the worker (and
+    its pool's processes), PostgreSQL, Redis, and this benchmark (the clients)."""
     api, worker = (p.pid for p in stack.processes[:2])
     me = os.getpid()
     return {

@@ -103,8 +103,8 @@ def processes() -> list[Proc]:
 
 
 def led_by(leader: int) -> Callable[[Proc], bool]:
-    """A process a worker the harness started leads: its pool (its process group) or,
-    for ``airlock worker``'s supervisor, its children (each in a group of its own)."""
+    """A process a worker the harness started leads: its pool (its process group) or
+    its children."""
     return lambda proc: leader in (proc.group, proc.parent)
 
 

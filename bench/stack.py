@@ -7,7 +7,7 @@ local Redis and PostgreSQL.
     .venv/bin/python -m bench.stack webhook [--quick]    # approval webhook vs /healthz
 
 ``--pool prefork`` runs the worker as ``airlock worker -P prefork`` (one Celery worker
-with a prefork pool) instead of its default, two solo workers under a supervisor.
+with a prefork pool) instead of ``airlock worker``'s default pool.
 
 Each prints its ratios and appends them, with the command, to bench/results/stack.jsonl.
 """

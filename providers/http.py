@@ -9,9 +9,8 @@ concurrent calls (segments of a gevent worker) each take a connection of their o
 The timeout is per call.
 
 The client sends on urllib3's pool (``providers.transport.Urllib3Transport``), not
-httpcore's: with 200 calls in flight through one client under gevent, httpcore 1.0.9's
-pool cost 12 ms of CPU per call and the worker's whole core, urllib3's 0.4 ms
-(``bench.http_pool``; BENCHMARKS.md, W2)."""
+httpcore's, whose CPU per call grows with the calls in flight through one client under
+gevent (measured by ``bench.http_pool``; the figures are in BENCHMARKS.md, W2)."""
 
 from __future__ import annotations
 

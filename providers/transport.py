@@ -4,8 +4,8 @@ that sends each request on urllib3's connection pool instead of httpcore's.
 Why: a gevent worker has hundreds of model calls in flight through one client.
 httpcore 1.0.9's pool re-examines every pooled connection and every queued request at
 each request's start and each response's close (and ``poll()``s each idle socket), so
-its CPU per call grows with the calls in flight: measured under gevent, 1.2 ms of CPU
-per call with one connection, 21.5 ms with 200 (BENCHMARKS.md, W2). urllib3's pool is
+its CPU per call grows with the calls in flight (``bench.http_pool``, under gevent;
+the figures are in BENCHMARKS.md, W2). urllib3's pool is
 a LIFO queue of idle connections per origin: taking one and giving it back is O(1),
 whatever is in flight, and it cooperates with gevent's patched sockets and queues.
 
