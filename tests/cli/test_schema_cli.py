@@ -89,6 +89,7 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
 ) -> None:
     """Checked ready, then the tables went (dropped, restored) before the command read
     them: a line and exit 3 still, not a traceback."""
+    from workers.cli import app as cli_app
     from workers.cli import commands as cli
     from workers.service import wiring
     from workers.service.settings import settings
@@ -96,7 +97,7 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
     monkeypatch.setenv("AIRLOCK_DATABASE_URL", f"sqlite:///{empty}")
-    monkeypatch.setattr(cli, "ready_database", lambda: None)
+    monkeypatch.setattr(cli_app, "ready_database", lambda: None)
     monkeypatch.setattr(sys, "argv", ["airlock", "runs", "list"])
     settings.cache_clear()
     wiring.service.cache_clear()
