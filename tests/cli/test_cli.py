@@ -153,14 +153,18 @@ def test_stats_says_when_the_sweeper_ran(
     assert "sweeper: last ran" in airlock("stats", env=cli_env, cwd=tmp_path).stdout
 
 
-def test_beat_starts_in_a_folder_without_its_home(cli_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["workers"], ["celery", "-A", "workers"]])
+def test_beat_starts_in_a_folder_without_its_home(
+    cli_env: dict[str, str], tmp_path: Path, command: list[str]
+) -> None:
     """Issue 27, defect 1: beat exited at start where .airlock/ did not exist (as in
-    the image); it makes the folder of its schedule file and saves it there."""
+    the image); it makes the folder of its schedule file and saves it there. So does
+    `celery -A workers beat`, whose banner opens the schedule before beat_init is sent."""
     env = {k: v for k, v in cli_env.items() if k != "AIRLOCK_HOME"}
     folder = tmp_path / "empty"
     folder.mkdir()
     beat = subprocess.Popen(
-        [sys.executable, "-m", "workers", "beat", "-l", "info"],
+        [sys.executable, "-m", *command, "beat", "-l", "info"],
         env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
