@@ -234,6 +234,21 @@ def test_approve_shows_the_turn_and_quotes_a_digest(
     assert service.store.runs.require(other).status is RunStatus.QUEUED
 
 
+def test_a_decision_the_service_would_refuse_is_answered_in_one_line(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    """A body that fails validation (a reason over 2000 characters, a digest that is
+    not one) exits 2 with one line naming the field, not pydantic's report of four."""
+    run_id = waiting(service)
+    long = airlock("approve", run_id, "--reason", "r" * 2001, env=cli_env, cwd=tmp_path)
+    assert long.returncode == 2 and long.stderr.count("\n") == 1, long.stderr
+    assert long.stderr.startswith("airlock: reason: ") and "2000" in long.stderr
+    short = airlock("deny", run_id, "--reason", "no", "--digest", "ab", env=cli_env, cwd=tmp_path)
+    assert short.returncode == 2 and short.stderr.count("\n") == 1, short.stderr
+    assert short.stderr.startswith("airlock: turn_digest: ")
+    assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
+
+
 def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quorum(
     cli_env: dict[str, str], tmp_path: Path, service: Service
 ) -> None:
