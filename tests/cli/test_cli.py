@@ -153,14 +153,18 @@ def test_stats_says_when_the_sweeper_ran(
     assert "sweeper: last ran" in airlock("stats", env=cli_env, cwd=tmp_path).stdout
 
 
-def test_beat_starts_in_a_folder_without_its_home(cli_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["workers"], ["celery", "-A", "workers"]])
+def test_beat_starts_in_a_folder_without_its_home(
+    cli_env: dict[str, str], tmp_path: Path, command: list[str]
+) -> None:
     """Issue 27, defect 1: beat exited at start where .airlock/ did not exist (as in
-    the image); it makes the folder of its schedule file and saves it there."""
+    the image); it makes the folder of its schedule file and saves it there. So does
+    `celery -A workers beat`, whose banner opens the schedule before beat_init is sent."""
     env = {k: v for k, v in cli_env.items() if k != "AIRLOCK_HOME"}
     folder = tmp_path / "empty"
     folder.mkdir()
     beat = subprocess.Popen(
-        [sys.executable, "-m", "workers", "beat", "-l", "info"],
+        [sys.executable, "-m", *command, "beat", "-l", "info"],
         env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -228,6 +232,21 @@ def test_approve_shows_the_turn_and_quotes_a_digest(
     denied = airlock("deny", other, "--reason", "no", "--digest", quoted, env=cli_env, cwd=tmp_path)
     assert denied.returncode == 0, denied.stderr
     assert service.store.runs.require(other).status is RunStatus.QUEUED
+
+
+def test_a_decision_the_service_would_refuse_is_answered_in_one_line(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    """A body that fails validation (a reason over 2000 characters, a digest that is
+    not one) exits 2 with one line naming the field, not pydantic's report of four."""
+    run_id = waiting(service)
+    long = airlock("approve", run_id, "--reason", "r" * 2001, env=cli_env, cwd=tmp_path)
+    assert long.returncode == 2 and long.stderr.count("\n") == 1, long.stderr
+    assert long.stderr.startswith("airlock: reason: ") and "2000" in long.stderr
+    short = airlock("deny", run_id, "--reason", "no", "--digest", "ab", env=cli_env, cwd=tmp_path)
+    assert short.returncode == 2 and short.stderr.count("\n") == 1, short.stderr
+    assert short.stderr.startswith("airlock: turn_digest: ")
+    assert service.store.runs.require(run_id).status is RunStatus.WAITING_FOR_APPROVAL
 
 
 def test_the_operator_decides_as_named_with_the_os_user_and_counts_toward_a_quorum(

@@ -6,13 +6,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from workers.service import broker as celery_app
-from workers.tasks import signals
 from workers.testing import free_port
 
 
@@ -58,5 +56,8 @@ def test_celery_beat_makes_the_folder_of_its_schedule(tmp_path: Path) -> None:
     """`celery -A workers beat` too (issue 27, defect 1): the folder of the schedule
     file is made as beat starts, before it opens the file."""
     schedule = tmp_path / "not" / "yet" / "celerybeat-schedule"
-    signals._schedule_folder(sender=SimpleNamespace(schedule_filename=str(schedule)))
-    assert schedule.parent.is_dir() and not schedule.exists()
+    scheduler = celery_app.Schedule(celery_app.app, schedule_filename=str(schedule), lazy=True)
+    assert not schedule.parent.exists()
+    scheduler.setup_schedule()
+    scheduler.close()
+    assert schedule.parent.is_dir()

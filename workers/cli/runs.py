@@ -9,7 +9,7 @@ import json
 from typing import Annotated, Any
 
 import typer
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from rich.table import Table
 
 from persistence.domain import RunStatus
@@ -149,7 +149,9 @@ def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None)
         digest = run.turn_digest
     try:
         body, by = body_of(digest), operator(approver)
-    except ValueError as exc:  # a bad --as, or a body the service would refuse
+    except ValidationError as exc:  # a body the service would refuse: each field, one line
+        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), 2)
+    except ValueError as exc:  # a bad --as
         fail(str(exc), 2)
     result = service().record_decision(run_id, body, by)
     tally = f"{len(result.approved_by)} of {result.quorum} approvals"

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.beat import PersistentScheduler
 from kombu import Queue
 
 from workers.service import embedded_broker, queues, redis_broker
@@ -68,6 +70,18 @@ def broker_options(config: Settings) -> dict[str, Any]:
     return {"visibility_timeout": config.visibility_timeout}
 
 
+class Schedule(PersistentScheduler):
+    """Celery's persistent schedule, which makes its file's folder first: beat opens the
+    file (for its banner) before any signal a handler could make it in, so
+    ``celery -A workers beat`` in a folder without ``AIRLOCK_HOME`` failed at start."""
+
+    schedule_filename: str  # set by PersistentScheduler.__init__
+
+    def setup_schedule(self) -> None:
+        Path(self.schedule_filename).parent.mkdir(parents=True, exist_ok=True)
+        super().setup_schedule()
+
+
 def make_app(config: Settings) -> Celery:
     celery = Celery("airlock", broker=config.broker_url, include=[TASKS])
     if config.embedded_broker:
@@ -95,6 +109,7 @@ def make_app(config: Settings) -> Celery:
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
+        beat_scheduler=Schedule,
         beat_schedule_filename=str(config.beat_schedule),
         # the schedule is saved after every job sent, not every 3 minutes: its age says
         # whether the beat is alive (`airlock health beat`, when no sweep is recorded)

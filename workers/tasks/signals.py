@@ -1,14 +1,14 @@
-"""What a worker and a beat do as they start: the metrics server, the beat's folder, a
-word on the pool, and database connections of each pool process's own."""
+"""What a worker does as it starts: the metrics server, a word on the pool, and database
+connections of each pool process's own. (Beat's folder is made by its scheduler:
+``workers.service.broker.Schedule``.)"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from celery.signals import beat_init, worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 from workers.service.broker import NOTIFY_QUEUE, QUEUE, app
 from workers.service.settings import settings
@@ -27,15 +27,6 @@ def _serve_metrics(**_: object) -> None:
             "serving metrics",
             extra={"action": "metrics.serving", "port": config.worker_metrics_port},
         )
-
-
-@beat_init.connect
-def _schedule_folder(sender: Any = None, **_: object) -> None:
-    # `celery -A workers beat` too: beat opens its schedule file in a folder it does not
-    # make (`airlock beat` makes it before, or refuses in one line)
-    filename = getattr(sender, "schedule_filename", None)
-    if filename:
-        Path(filename).parent.mkdir(parents=True, exist_ok=True)
 
 
 THREADS_POOL = "celery.concurrency.thread"
