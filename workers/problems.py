@@ -56,7 +56,8 @@ REFUSALS: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
 
 def refusal(exc: Exception) -> JSONResponse:
     """The answer to a request refused by ``exc`` (one of ``REFUSALS``), wherever it
-    was raised: FastAPI's handlers and ``HotRoutes`` answer alike."""
+    was raised: the app's exception handlers (``workers.api``) answer every route with
+    it."""
     p = exc if isinstance(exc, ProblemError) else problem_of(exc)
     return problem_response(p.status, p.title, p.detail, type=p.type)
 
