@@ -293,7 +293,9 @@ def _plain_routes(app: FastAPI, handlers: Handlers) -> None:
             },
         ),
     ]
-    app.router.routes.extend(plain)
+    # first in the router, which tries its routes in turn: no other route matches these
+    # paths with these methods, so none is passed over, and a poll tries no other
+    app.router.routes[0:0] = plain
 
 
 def _operations(
