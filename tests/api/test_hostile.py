@@ -12,7 +12,6 @@ from sqlalchemy import text
 
 from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
-from tests.api.test_hot_routes import fastapi_only
 from workers.testing import TOKEN
 
 
@@ -121,12 +120,10 @@ NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999"]
 write back (1e999 overflows to infinity)."""
 
 
-@pytest.fixture(params=["hot_routes", "fastapi"])
-def door(request: pytest.FixtureRequest, db_url: str) -> Iterator[Api]:
-    """The app as served (``HotRoutes`` first), and one with FastAPI's routes alone."""
+@pytest.fixture
+def door(db_url: str) -> Iterator[Api]:
+    """The app as served."""
     api = make_api(db_url)
-    if request.param == "fastapi":
-        fastapi_only(api.client.app)  # type: ignore[arg-type]
     yield api
     api.service.store.engine.dispose()
 

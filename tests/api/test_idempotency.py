@@ -1,6 +1,6 @@
-"""``POST /v1/runs`` with an idempotency key (issue 26, defect 7), through both doors
-(``HotRoutes`` and FastAPI's route), on both databases: keys are the caller's own, and a
-key reused for another request is 409 ``/problems/idempotency-mismatch``."""
+"""``POST /v1/runs`` with an idempotency key (issue 26, defect 7), on both databases:
+keys are the caller's own, and a key reused for another request is 409
+``/problems/idempotency-mismatch``."""
 
 from __future__ import annotations
 
@@ -10,16 +10,13 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import Api, make_api
-from tests.api.test_hot_routes import fastapi_only
 from tests.api.test_principals import problem
 from tests.issuer import Issuer
 
 
-@pytest.fixture(params=["hot", "fastapi"])
-def api(request: pytest.FixtureRequest, db_url: str, issuer: Issuer) -> Iterator[Api]:
+@pytest.fixture
+def api(db_url: str, issuer: Issuer) -> Iterator[Api]:
     api = make_api(db_url, **issuer.settings())
-    if request.param == "fastapi":
-        fastapi_only(api.client.app)  # type: ignore[arg-type]
     yield api
     api.service.store.engine.dispose()
 

@@ -1,6 +1,6 @@
 """The API on a database whose schema is not this code's: ``/readyz`` says so, every
-``/v1`` request is 503 problem+json naming ``airlock db upgrade`` (the fast paths of
-``workers.http.hot_routes`` and FastAPI's routes alike), and once the database is migrated
+``/v1`` request is 503 problem+json naming ``airlock db upgrade`` (the app's plain
+routes and its FastAPI routes alike), and once the database is migrated
 the same app serves, without a restart."""
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def not_ready(response: Any, *words: str) -> dict[str, Any]:
 def every_v1_request(api: Api, *words: str) -> None:
     headers = api.headers()
     run = {"agent": "w1", "input": "mail 42"}
-    not_ready(api.client.post("/v1/runs", json=run, headers=headers), *words)  # HotRoutes
-    not_ready(api.client.get("/v1/runs/r1", headers=headers), *words)  # HotRoutes
+    not_ready(api.client.post("/v1/runs", json=run, headers=headers), *words)  # FastAPI
+    not_ready(api.client.get("/v1/runs/r1", headers=headers), *words)  # a plain route
     not_ready(api.client.get("/v1/runs", headers=headers), *words)  # FastAPI
     not_ready(api.client.get("/v1/runs/r1/events", headers=headers), *words)  # FastAPI
     not_ready(api.client.post("/v1/runs/r1/cancel", headers=headers), *words)  # FastAPI
@@ -127,7 +127,7 @@ def test_tables_dropped_under_a_serving_api_are_a_503_not_a_500(api: Api, db_url
         Base.metadata.drop_all(conn)
         conn.execute(text("DROP TABLE alembic_version"))
     engine.dispose()
-    not_ready(api.client.get(f"/v1/runs/{run['id']}", headers=api.headers()))  # HotRoutes
+    not_ready(api.client.get(f"/v1/runs/{run['id']}", headers=api.headers()))  # a plain route
     not_ready(api.client.get("/v1/runs", headers=api.headers()))  # FastAPI
     upgrade(db_url)
     assert api.create()["status"] == "queued"

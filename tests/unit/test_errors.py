@@ -13,6 +13,7 @@ import providers
 import workers
 from loop import AirlockError
 from loop.runner import ApprovalRequired
+from workers.http.problems import PROBLEMS, problem_of
 
 CONTROL_FLOW = {ApprovalRequired}
 """Raised and caught inside the loop, never seen by a caller."""
@@ -39,3 +40,16 @@ def test_every_public_error_is_an_airlock_error() -> None:
             if value not in CONTROL_FLOW and not issubclass(value, AirlockError):
                 outside.append(f"{name}.{attr}")
     assert not outside, outside
+
+
+def test_the_http_doors_table_answers_each_error_by_its_own_kind() -> None:
+    """One answer table for the HTTP door (``workers.http.problems.PROBLEMS``): every kind in
+    it is an ``AirlockError``, and a subclass comes before its base, or the base's
+    answer would be given for it (an idempotency mismatch as a plain conflict)."""
+    kinds = list(PROBLEMS)
+    assert all(issubclass(kind, AirlockError) for kind in kinds)
+    for i, kind in enumerate(kinds):
+        assert not any(issubclass(kind, base) for base in kinds[:i]), kind
+        status, title, type_ = PROBLEMS[kind]
+        problem = problem_of(kind("refused"))
+        assert (problem.status, problem.title, problem.type) == (status, title, type_), kind

@@ -1,21 +1,26 @@
-"""The HTTP API (``workers.http.api:app``, served by ``airlock api``): enqueue and read runs,
-and the signed approval webhook. Handlers are thin shells over the service."""
+"""The HTTP API (``workers.api:app``, served by ``airlock api``): enqueue and read runs,
+and the signed approval webhook. Handlers are thin shells over the service.
+
+One router, FastAPI's. What every run does many times, its polls (``GET
+/v1/runs/{id}``) and its approval, is answered by plain routes (``PlainRoute``):
+matched, documented and refused as FastAPI's routes are, called without FastAPI's
+dependency solving and thread hop."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 from weakref import WeakKeyDictionary
 
 from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, JsonValue
 from starlette.datastructures import Headers
@@ -27,7 +32,6 @@ from workers.http import inbox
 from workers.http.auth import Authenticator
 from workers.http.guard import BodyGate, Gate
 from workers.http.handlers import CreateRun, Handlers, caller_of, explain
-from workers.http.hot_routes import HotRoutes
 from workers.http.metrics import Metrics
 from workers.http.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
 from workers.http.schema_gate import SchemaGate, SchemaWatch
@@ -69,13 +73,12 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
         )
     _errors(app, metrics)
     handlers = Handlers(service, auth, metrics)
-    app.add_middleware(HotRoutes, handlers=handlers)
     # inside the BodyGate: a caller is authenticated, and its body read within its limit,
     # before it learns of the schema
     app.add_middleware(SchemaGate, watch=watch)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, handlers)
-    _approval_route(app, handlers)
+    _plain_routes(app, handlers)
     _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config)
     _document_bearer(app)
@@ -188,8 +191,8 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
         return SafeJSONResponse(run_view(service, run), status)
 
     @app.post("/v1/runs", status_code=201, responses=doc(RunView, 201, 200))
-    def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
-        return handlers.create_run(body, caller_of(request.scope))
+    async def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
+        return await handlers.create_run(body, caller_of(request.scope))
 
     @app.get("/v1/runs", responses=doc(RunPage))
     def list_runs(
@@ -201,10 +204,6 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
         page = service.list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
         runs: list[JsonValue] = [run_view(service, r) for r in page.runs]
         return SafeJSONResponse({"runs": runs, "next_cursor": page.next_cursor})
-
-    @app.get("/v1/runs/{run_id}", responses=doc(RunView))
-    def get_run(run_id: str) -> SafeJSONResponse:
-        return view(service.get_run(run_id))
 
     @app.get("/v1/runs/{run_id}/events", responses=doc(EventPage))
     def run_events(
@@ -228,23 +227,75 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
         return view(service.retry(run_id, by=by), 202)
 
 
-def _approval_route(app: FastAPI, handlers: Handlers) -> None:
-    @app.post(
-        "/v1/runs/{run_id}/approval",
-        status_code=202,
-        responses={
-            200: {
-                "description": "a replay, the same decision again, or an approval recorded "
-                "toward a quorum that is not reached yet (result: partial)"
-            }
-        },
-    )
-    async def approval(run_id: str, request: Request) -> SafeJSONResponse:
+class PlainRoute(APIRoute):
+    """A route of the app's router that FastAPI matches and documents as any other (its
+    path, methods, ``responses``, and the parameters of ``documented``, which is never
+    called), answered by ``answer(request)`` as a plain Starlette endpoint: no
+    dependency solving or validation, and no thread of anyio's (``answer`` calls the
+    service in ``Handlers.in_thread``). The app's middlewares and exception handlers
+    answer it as they answer every route; FastAPI's dependencies, and their overrides,
+    do not run on it."""
+
+    def __init__(
+        self,
+        path: str,
+        documented: Callable[..., Any],
+        *,
+        answer: Callable[[Request], Coroutine[Any, Any, Response]],
+        **route: Any,
+    ) -> None:
+        self.answer = answer
+        super().__init__(path, documented, **route)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        return self.answer
+
+
+def _plain_routes(app: FastAPI, handlers: Handlers) -> None:
+    """``GET /v1/runs/{run_id}`` (a run's polls) and ``POST /v1/runs/{run_id}/approval``,
+    as ``PlainRoute``s."""
+
+    # what OpenAPI says both take (never called; a docstring would describe them)
+    def run_id_only(run_id: str) -> None:
+        return None
+
+    async def get_run(request: Request) -> Response:
+        return await handlers.get_run(request.path_params["run_id"])
+
+    async def approval(request: Request) -> Response:
         raw = await request.body()
         principal = caller_of(request.scope)
         return await handlers.approve(
-            run_id, raw, request.headers, principal, in_thread=run_in_threadpool
+            request.path_params["run_id"], raw, request.headers, principal
         )
+
+    plain = [
+        PlainRoute(
+            "/v1/runs/{run_id}",
+            run_id_only,
+            answer=get_run,
+            name="get_run",
+            methods=["GET"],
+            responses=doc(RunView),
+        ),
+        PlainRoute(
+            "/v1/runs/{run_id}/approval",
+            run_id_only,
+            answer=approval,
+            name="approval",
+            methods=["POST"],
+            status_code=202,
+            responses={
+                200: {
+                    "description": "a replay, the same decision again, or an approval "
+                    "recorded toward a quorum that is not reached yet (result: partial)"
+                }
+            },
+        ),
+    ]
+    # first in the router, which tries its routes in turn: no other route matches these
+    # paths with these methods, so none is passed over, and a poll tries no other
+    app.router.routes[0:0] = plain
 
 
 def _operations(
@@ -308,7 +359,7 @@ _app: FastAPI | None = None
 
 
 def __getattr__(name: str) -> Any:
-    # ``uvicorn workers.http.api:app`` builds the app on first access, not at import.
+    # ``uvicorn workers.api:app`` builds the app on first access, not at import.
     global _app  # noqa: PLW0603
     if name == "app":
         if _app is None:

@@ -1,13 +1,15 @@
-"""What ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval`` do, once a request is
-read: one body for each, called by FastAPI's routes (``workers.http.api``) and by
-``HotRoutes``, which answers them without FastAPI's routing. Their errors are the
-service's, or ``ProblemError``; both doors answer them with the same table
-(``workers.http.problems``)."""
+"""What ``POST /v1/runs``, ``GET /v1/runs/{id}`` and ``POST /v1/runs/{id}/approval``
+do, once a request is read, for the routes of ``workers.http.api``, and the threads they
+call the service in. Their errors are the service's, or ``ProblemError``: the app
+answers them with its one table (``workers.http.problems``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+import asyncio
+import contextvars
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -25,8 +27,9 @@ from workers.service.principals import ForbiddenError, Principal, check_name
 from workers.service.views import run_view
 
 T = TypeVar("T")
-InThread = Callable[[Callable[[], T]], Awaitable[T]]
-"""How a door runs blocking work (the database, the broker) off its event loop."""
+
+THREADS = 40
+"""Threads the run routes call the service in (as many as FastAPI's own pool)."""
 
 
 class CreateRun(TextBody):
@@ -56,6 +59,16 @@ class Handlers:
     service: Service
     auth: Authenticator
     metrics: Metrics
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="airlock-api")
+    )
+
+    async def in_thread(self, work: Callable[[], T]) -> T:
+        """``work`` (the database, the broker: blocking) off the event loop, in the
+        caller's context. A plain executor's hop costs less CPU than anyio's, which
+        FastAPI uses for a sync route (its capacity limiter and cancel scopes)."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.executor, context.run, work)
 
     def principal_of(self, caller: Principal | None) -> Principal:
         """Who calls a run endpoint (``caller_of``): its token's principal, or the API
@@ -71,9 +84,12 @@ class Handlers:
             return f"{caller.method}:{caller.issuer}:{caller.id}"
         return "anonymous" if self.auth.open else "token"
 
-    def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+    async def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
         """A new run (201), or the one the caller's idempotency key already made for the
-        same request (200; 409 for another request). Blocking."""
+        same request (200; 409 for another request)."""
+        return await self.in_thread(lambda: self._create_run(body, caller))
+
+    def _create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
         requested_by = body.requested_by
         if caller is not None:
             if requested_by not in (None, caller.id):
@@ -92,14 +108,19 @@ class Handlers:
         )
         return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
 
+    async def get_run(self, run_id: str) -> SafeJSONResponse:
+        """The run's view (404: no such run)."""
+        service = self.service
+        return SafeJSONResponse(
+            await self.in_thread(lambda: run_view(service, service.get_run(run_id)))
+        )
+
     async def approve(
         self,
         run_id: str,
         raw: bytes,
         headers: Mapping[str, str],
         principal: Principal | None,
-        *,
-        in_thread: InThread[Any],
     ) -> SafeJSONResponse:
         """A decision on the turn ``run_id`` waits on: from a token's principal, or (no
         principal) a signed webhook whose client vouches for the approver."""
@@ -116,7 +137,7 @@ class Handlers:
             body = parse_decision(raw, metrics)
         decided, service = principal, self.service
         try:
-            result = await in_thread(
+            result = await self.in_thread(
                 lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
             )
         except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:

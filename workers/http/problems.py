@@ -38,16 +38,20 @@ behind (or ahead of) this version's: ``airlock db upgrade`` fixes it."""
 DATABASE_UNAVAILABLE = "/problems/database-unavailable"
 """The problem type of a request to an API that cannot reach its database."""
 
-PROBLEMS: dict[type[Exception], tuple[int, str]] = {
-    UnknownRunError: (404, "Not found"),
-    ConflictError: (409, "Conflict"),
-    ForbiddenError: (403, "Forbidden"),
-    StateError: (409, "Unreadable state"),
-    DecisionError: (422, "Decision refused"),
-    BadCursorError: (422, "Bad cursor"),
-    UnknownAgentError: (422, "Unknown agent"),
+PROBLEMS: dict[type[Exception], tuple[int, str, str]] = {
+    IdempotencyMismatchError: (409, "Idempotency key reused", IDEMPOTENCY_MISMATCH),
+    UnknownRunError: (404, "Not found", "about:blank"),
+    ConflictError: (409, "Conflict", "about:blank"),
+    ForbiddenError: (403, "Forbidden", "about:blank"),
+    StateError: (409, "Unreadable state", "about:blank"),
+    DecisionError: (422, "Decision refused", "about:blank"),
+    BadCursorError: (422, "Bad cursor", "about:blank"),
+    UnknownAgentError: (422, "Unknown agent", "about:blank"),
 }
-"""How the service's errors are answered: every route lets them through to here."""
+"""How the service's errors (each an ``AirlockError``) are answered: status, title and
+problem type, the first kind the error is an instance of (a subclass before its
+base). Every route lets them through to the app's exception handlers, which answer
+from here (``refusal``); so does the ``BodyGate`` for a ``ProblemError``."""
 
 
 REFUSALS: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
@@ -56,7 +60,8 @@ REFUSALS: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
 
 def refusal(exc: Exception) -> JSONResponse:
     """The answer to a request refused by ``exc`` (one of ``REFUSALS``), wherever it
-    was raised: FastAPI's handlers and ``HotRoutes`` answer alike."""
+    was raised: the app's exception handlers (``workers.http.api``) answer every route with
+    it."""
     p = exc if isinstance(exc, ProblemError) else problem_of(exc)
     return problem_response(p.status, p.title, p.detail, type=p.type)
 
@@ -64,10 +69,8 @@ def refusal(exc: Exception) -> JSONResponse:
 def problem_of(exc: Exception) -> ProblemError:
     if isinstance(exc, ConflictError) and exc.expired:
         return ProblemError(409, "Approval expired", str(exc), type=APPROVAL_EXPIRED)
-    if isinstance(exc, IdempotencyMismatchError):
-        return ProblemError(409, "Idempotency key reused", str(exc), type=IDEMPOTENCY_MISMATCH)
-    status, title = next(p for kind, p in PROBLEMS.items() if isinstance(exc, kind))
-    return ProblemError(status, title, str(exc))
+    status, title, type = next(p for kind, p in PROBLEMS.items() if isinstance(exc, kind))
+    return ProblemError(status, title, str(exc), type=type)
 
 
 class SafeJSONResponse(JSONResponse):

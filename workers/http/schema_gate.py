@@ -85,8 +85,8 @@ class SchemaWatch:
 
 class SchemaGate:
     """Answers ``/v1`` requests 503 while the schema is not current, and any request
-    whose statement failed on a missing table or column (``HotRoutes`` and FastAPI's
-    routes alike, inside it)."""
+    whose statement failed on a missing table or column (every route of the app,
+    inside it)."""
 
     def __init__(self, app: ASGIApp, *, watch: SchemaWatch) -> None:
         self._app = app
