@@ -97,6 +97,9 @@ def make_app(config: Settings) -> Celery:
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
+        # Celery's consumer, whose remote control on a gevent worker outlives a broker
+        # restart (workers.green_pidbox)
+        worker_consumer="workers.green_pidbox:Consumer",
         beat_schedule_filename=str(config.beat_schedule),
         # the schedule is saved after every job sent, not every 3 minutes: its age says
         # whether the beat is alive (`airlock health beat`, when no sweep is recorded)

@@ -3,6 +3,7 @@ so restarting it never disturbs the shared services other tests use."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +129,43 @@ def test_a_broker_blip_costs_no_segment_its_work(
     assert worker.alive, worker.output()[-3000:]
     fresh, _ = stack.service.start_run("w1", "after the blip")
     stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+
+
+def _answers_a_ping(stack: Stack, name: str) -> bool:
+    try:
+        return bool(stack.celery.control.ping(destination=[name], timeout=1))
+    except (OSError, redis.RedisError):  # the test's own client meeting the restart
+        return False
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["every-slot-busy", "slots-free"])
+def test_a_gevent_worker_answers_remote_control_after_a_redis_restart(
+    make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, busy: bool
+) -> None:
+    """``airlock worker`` (gevent, the default on Redis) keeps answering remote control
+    (``celery inspect ping``) after Redis restarts, whether its segments fill every
+    slot, waiting on their models, or none (workers.green_pidbox)."""
+    slots = 4
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=private_redis.url,
+        AIRLOCK_TEST_MODEL_SECONDS="6" if busy else "0",
+        AIRLOCK_LEASE_SECONDS="600",
+    )
+    worker = stack.worker(airlock=True, options=("-c", str(slots)))
+    assert f"{slots} (gevent)" in worker.output()  # Celery's banner: the default pool
+    name = f"w1@{socket.gethostname()}"
+    wait_for("a ping before the restart", lambda: _answers_a_ping(stack, name), timeout=10)
+    ids = []
+    if busy:
+        ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(slots)]
+        wait_for("every slot's model call", lambda: stack.starts()["model.start -"] >= slots)
+    private_redis.stop()
+    private_redis.start()
+    wait_for("a ping after the restart", lambda: _answers_a_ping(stack, name), timeout=30)
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    assert worker.alive, worker.output()[-3000:]
+    fresh, _ = stack.service.start_run("w1", "after the restart")
+    stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+    assert _answers_a_ping(stack, name)
