@@ -87,15 +87,17 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
 
 
 WORKER_OPTIONS: list[str] = []
-"""More ``airlock worker`` options for every benchmark's worker (``--pool prefork``)."""
+"""More ``airlock worker`` options for every benchmark's worker (``--pool prefork``:
+``-P prefork -c 2``, the worker the issues measured before gevent was the default)."""
 
 
 def airlock_worker(name: str, *extra: str) -> list[str]:
-    """``airlock worker -c 2``, as the issue measures it and a user runs it: with
-    Celery's default log level (WARNING), so no line per task is written. ``extra``
-    goes to ``celery worker`` (``--include bench.trace`` loads the trace points)."""
+    """``airlock worker`` as a user runs it: its default pool and concurrency (on Redis,
+    ``-P gevent -c 200``), Celery's default log level (WARNING), so no line per task is
+    written. ``extra`` goes to ``celery worker`` (``--include bench.trace`` loads the
+    trace points)."""
     return [
-        sys.executable, "-m", "workers", "worker", "-c", "2", "-n", f"{name}@%h",
+        sys.executable, "-m", "workers", "worker", "-n", f"{name}@%h",
         *WORKER_OPTIONS, *extra,
     ]  # fmt: skip
 
@@ -394,12 +396,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--pool",
-        help="run the worker as `airlock worker -P POOL` (e.g. prefork) instead of its "
-        "default pool (gevent)",
+        help="run the worker as `airlock worker -P POOL -c 2` (e.g. prefork) instead of "
+        "its default pool (gevent, -c 200)",
     )
     args = parser.parse_args()
     if args.pool:
-        WORKER_OPTIONS[:] = ["-P", args.pool]
+        WORKER_OPTIONS[:] = ["-P", args.pool, "-c", "2"]
     benchmarks = {
         "w1": bench_w1,
         "parking": bench_parking,

@@ -136,7 +136,8 @@ def celery_worker(
 ) -> Process:
     """``celery -A workers worker -c concurrency`` (prefork), or with ``airlock``
     ``airlock worker OPTIONS`` as an operator runs it (no pool or concurrency given:
-    Celery's defaults)."""
+    airlock worker's defaults, ``-P gevent -c 200`` on Redis, Celery's on the embedded
+    broker)."""
     argv = [sys.executable, "-m"]
     if airlock:
         argv += ["workers", "worker", "-l", "info", *options]

@@ -3,6 +3,8 @@ so restarting it never disturbs the shared services other tests use."""
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,7 +77,7 @@ def test_postgres_restart_during_a_run(
     assert stack.executions()[send_key(run.id)] == 1
 
 
-@pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
+@pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker-gevent"])
 def test_redis_restart_with_a_segment_in_flight(
     make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, airlock: bool
 ) -> None:
@@ -83,6 +85,7 @@ def test_redis_restart_with_a_segment_in_flight(
         AIRLOCK_DATABASE_URL=postgres_url, AIRLOCK_BROKER_URL=private_redis.url
     )
     worker = stack.worker(airlock=airlock)
+    assert f"({'gevent' if airlock else 'prefork'})" in worker.output()  # Celery's banner
     stack.beat()
     run, _ = stack.service.start_run("slow_read", "mail")
     wait_for("the slow lookup", lambda: stack.starts()[f"lookup.start {run.id}:call_0_0"])
@@ -96,7 +99,21 @@ def test_redis_restart_with_a_segment_in_flight(
     assert worker.alive, worker.output()[-3000:]
     fresh, _ = stack.service.start_run("w1", "mail again")
     stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
-    assert "AttributeError" not in worker.output()
+    # Celery 5.7.0 closes the broken connection after collecting it (celery#10242, for
+    # celery#9705), which tries once more to put back the message of the segment still
+    # running, through a transport already let go: kombu logs this line and goes on.
+    # The message could not go back anyway while Redis is down (the gevent worker's
+    # first try says ConnectionError); the segment it woke goes on and is recorded
+    # (above). Any other AttributeError is a failure.
+    assert "AttributeError" not in RESTORE_HOSTNAME.sub("", worker.output())
+
+
+RESTORE_HOSTNAME = re.compile(
+    r"UNABLE TO RESTORE \d+ MESSAGES: "
+    r"\(AttributeError\(\"'NoneType' object has no attribute 'hostname'\"\),\)"
+)
+"""kombu's line when Celery 5.7.0's second try to put back a worker's unacknowledged
+messages, on a broker connection lost, meets the transport it let go."""
 
 
 @pytest.mark.parametrize("pool", ["prefork", "gevent"])
@@ -115,8 +132,10 @@ def test_a_broker_blip_costs_no_segment_its_work(
         AIRLOCK_TEST_MODEL_SECONDS="3",
         AIRLOCK_LEASE_SECONDS="600",  # a segment given up would wait this long to be redone
     )
-    options = ("-P", pool) if pool == "gevent" else ("-c", str(runs))
+    # gevent: airlock worker's default on Redis (-c 200); prefork, as an operator asks
+    options = () if pool == "gevent" else ("-P", "prefork", "-c", str(runs))
     worker = stack.worker(airlock=True, options=options)
+    assert f"({pool})" in worker.output()  # Celery's banner: concurrency N (pool)
     ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
     wait_for("every model call to start", lambda: stack.starts()["model.start -"] >= runs)
     client = redis.Redis(port=private_redis.port)
@@ -128,3 +147,43 @@ def test_a_broker_blip_costs_no_segment_its_work(
     assert worker.alive, worker.output()[-3000:]
     fresh, _ = stack.service.start_run("w1", "after the blip")
     stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+
+
+def _answers_a_ping(stack: Stack, name: str) -> bool:
+    try:
+        return bool(stack.celery.control.ping(destination=[name], timeout=1))
+    except (OSError, redis.RedisError):  # the test's own client meeting the restart
+        return False
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["every-slot-busy", "slots-free"])
+def test_a_gevent_worker_answers_remote_control_after_a_redis_restart(
+    make_stack: StackFactory, postgres_url: str, private_redis: PrivateRedis, busy: bool
+) -> None:
+    """``airlock worker`` (gevent, the default on Redis) keeps answering remote control
+    (``celery inspect ping``) after Redis restarts, whether its segments fill every
+    slot, waiting on their models, or none (workers.tasks.green_pidbox)."""
+    slots = 4
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=private_redis.url,
+        AIRLOCK_TEST_MODEL_SECONDS="6" if busy else "0",
+        AIRLOCK_LEASE_SECONDS="600",
+    )
+    worker = stack.worker(airlock=True, options=("-c", str(slots)))
+    assert f"{slots} (gevent)" in worker.output()  # Celery's banner: the default pool
+    name = f"w1@{socket.gethostname()}"
+    wait_for("a ping before the restart", lambda: _answers_a_ping(stack, name), timeout=10)
+    ids = []
+    if busy:
+        ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(slots)]
+        wait_for("every slot's model call", lambda: stack.starts()["model.start -"] >= slots)
+    private_redis.stop()
+    private_redis.start()
+    wait_for("a ping after the restart", lambda: _answers_a_ping(stack, name), timeout=30)
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    assert worker.alive, worker.output()[-3000:]
+    fresh, _ = stack.service.start_run("w1", "after the restart")
+    stack.wait_status(fresh.id, RunStatus.WAITING_FOR_APPROVAL, timeout=30)
+    assert _answers_a_ping(stack, name)

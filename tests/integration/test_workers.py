@@ -115,7 +115,8 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
 
 
 POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped."""
+"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
+``-P gevent -c 200``)."""
 
 
 @POOLS
@@ -424,9 +425,9 @@ def test_a_segment_that_holds_the_cpu_does_not_cost_the_others_their_leases(
 def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
     make_stack: StackFactory, postgres_url: str, shared_redis: str
 ) -> None:
-    """SIGKILL to ``airlock worker -P gevent`` while 100 approved runs wait on their
-    models, each after its email was sent: a new worker and the sweeper finish every
-    run; no email is sent twice."""
+    """SIGKILL to ``airlock worker`` (its default on Redis: ``-P gevent -c 200``) while
+    100 approved runs wait on their models, each after its email was sent: a new worker
+    and the sweeper finish every run; no email is sent twice."""
     runs = 100
     stack = make_stack(
         AIRLOCK_DATABASE_URL=postgres_url,
@@ -435,7 +436,8 @@ def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
         AIRLOCK_SWEEP_INTERVAL="1",
         AIRLOCK_TEST_MODEL_SECONDS="1",
     )
-    worker = stack.worker(airlock=True, options=GEVENT)
+    worker = stack.worker(airlock=True)
+    assert "200 (gevent)" in worker.output()  # Celery's banner: the default pool
     stack.beat()
     ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(runs)]
     for run_id in ids:
@@ -452,7 +454,7 @@ def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
     assert sum(stack.executions()[send_key(r)] for r in ids) == runs
     worker.kill()
     (stack.tmp / "model_seconds").unlink()
-    stack.worker(airlock=True, options=GEVENT)
+    stack.worker(airlock=True)
     for run_id in ids:
         assert stack.wait_status(run_id, RunStatus.COMPLETED, timeout=120).output == "done"
         assert stack.executions()[send_key(run_id)] == 1

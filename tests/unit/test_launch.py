@@ -3,15 +3,40 @@ added where the operator gave none, and what is refused before Celery sees it.""
 
 from __future__ import annotations
 
+import click
 import pytest
+from celery.bin.worker import worker as celery_worker
 
-from workers.cli.worker_options import DEFAULT_CONCURRENCY, option, usage_error, worker_arguments
+from workers.cli.worker_options import (
+    DEFAULT_CONCURRENCY,
+    FLAGS,
+    option,
+    usage_error,
+    worker_arguments,
+)
 
 REDIS = {"AIRLOCK_BROKER_URL": "redis://redis:6379/0"}
+GEVENT = ["-P", "gevent", "-c", str(DEFAULT_CONCURRENCY)]
 
 
-def test_without_a_pool_celerys_default_is_run_as_given() -> None:
-    assert worker_arguments(["-l", "info"], REDIS) == ["-l", "info"]
+@pytest.mark.parametrize("broker", ["redis://redis:6379/0", "rediss://redis:6380/0"])
+def test_on_redis_without_a_pool_gevent_keeps_200_in_flight(broker: str) -> None:
+    env = {"AIRLOCK_BROKER_URL": broker}
+    assert worker_arguments(["-l", "info"], env) == ["-l", "info", *GEVENT]
+    assert worker_arguments(["-c", "50"], env) == ["-c", "50", "-P", "gevent"]
+
+
+@pytest.mark.parametrize("env", [{}, {"AIRLOCK_BROKER_URL": "filesystem://"}])
+def test_the_embedded_broker_keeps_celerys_default_pool(env: dict[str, str]) -> None:
+    assert worker_arguments(["-l", "info"], env) == ["-l", "info"]
+
+
+@pytest.mark.parametrize(
+    "pool", [["-P", "prefork"], ["-Pprefork"], ["--pool=prefork"], ["--pool", "prefork"],
+             ["-EPprefork"], ["-P", "gevent", "-P", "prefork"]],
+)  # fmt: skip
+def test_an_operators_pool_wins_in_every_spelling(pool: list[str]) -> None:
+    assert worker_arguments(pool, REDIS) == pool
 
 
 @pytest.mark.parametrize("pool", [["-P", "gevent"], ["--pool=gevent"], ["-Peventlet"]])
@@ -30,6 +55,33 @@ def test_options_are_found_in_every_spelling_the_last_one_counting() -> None:
     assert option(["-Pc"], "-P", "--pool") == "c"
     assert option(["--pool", "d"], "-P", "--pool") == "d"
     assert option(["-l", "info"], "-P", "--pool") is None
+
+
+SPELLINGS = [
+    ["-P", "gevent"], ["-Pgevent"], ["--pool=gevent"], ["--pool", "gevent"], ["-P=gevent"],
+    ["-EPgevent"], ["-Ec", "5"], ["-BEc5"], ["-n", "-P"], ["-n", "-Pgevent"],
+    ["--hostname", "--pool=x"], ["--pool=x", "-Py"], ["--", "-P", "x"], ["-l", "info"],
+    ["--without-gossip", "-P", "solo"], ["-c", "3", "--concurrency=4"], ["-Q", "-c"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", SPELLINGS)
+def test_pool_and_concurrency_are_read_as_celery_worker_reads_them(args: list[str]) -> None:
+    ctx = click.Context(celery_worker)
+    parsed, _, _ = celery_worker.make_parser(ctx).parse_args(list(args))
+    assert option(args, "-P", "--pool") == parsed.get("pool")
+    assert option(args, "-c", "--concurrency") == parsed.get("concurrency")
+
+
+def test_the_flags_are_celery_workers() -> None:
+    ctx = click.Context(celery_worker)
+    flags = {
+        name
+        for param in celery_worker.get_params(ctx)
+        if isinstance(param, click.Option) and param.is_flag
+        for name in param.opts
+    }
+    assert flags == FLAGS
 
 
 @pytest.mark.parametrize(

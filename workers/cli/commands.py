@@ -46,9 +46,10 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`, e.g. -l info). It
-    consumes the segments' queue and the notifications' (-Q names others). With
-    -P gevent (-c 200 unless given) one process keeps hundreds of segments in flight
-    while they wait on their models. More processes: more replicas of this command."""
+    consumes the segments' queue and the notifications' (-Q names others). On Redis,
+    unless -P says, it runs -P gevent (-c 200 unless given): one process keeps hundreds
+    of segments in flight while they wait on their models. On the embedded broker,
+    Celery's default pool (prefork). More processes: more replicas of this command."""
     import click  # noqa: PLC0415 - Celery's command line is click's
 
     from workers.cli.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415

@@ -1,11 +1,12 @@
 """The ``airlock`` command's entry point (and ``python -m workers``).
 
-``airlock worker -P gevent`` runs one Celery worker whose segments wait on their
-models and slow tools in greenlets, so one process keeps hundreds in flight (``-c``,
-default 200; see workers.cli.worker_options). gevent must patch the standard library
-before anything that uses sockets, threads or ``select`` is imported; ``celery worker``
-does it in its own entry point (``celery.maybe_patch_concurrency``), and so does this
-one, before it imports the rest of Airlock. Nothing here imports more than the
+``airlock worker`` (on Redis, ``-P gevent`` unless ``-P`` says) runs one Celery worker
+whose segments wait on their models and slow tools in greenlets, so one process keeps
+hundreds in flight (``-c``, default 200; see workers.cli.worker_options). gevent must patch
+the standard library before anything that uses sockets, threads or ``select`` is
+imported; ``celery worker`` does it in its own entry point
+(``celery.maybe_patch_concurrency``), and so does this one, before it imports the rest
+of Airlock. Nothing here imports more than the
 standard library and that function.
 """
 

@@ -109,6 +109,9 @@ def make_app(config: Settings) -> Celery:
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
+        # Celery's consumer, whose remote control on a gevent worker outlives a broker
+        # restart (workers.tasks.green_pidbox)
+        worker_consumer="workers.tasks.green_pidbox:Consumer",
         beat_scheduler=Schedule,
         beat_schedule_filename=str(config.beat_schedule),
         # the schedule is saved after every job sent, not every 3 minutes: its age says

@@ -31,7 +31,7 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
-KOMBU_PUT = "9a91252819796099b07071fa72b941b1a493b6407eca7ea7c2706336a1ec1571"
+KOMBU_PUT = "a88e2ceb3927a99ac69f97f5d2dec340e7ed22ae16f7ec8e33fb1716bc25b8b5"
 """sha256 of the source of ``kombu.transport.filesystem.Channel._put`` this overrides."""
 
 FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
