@@ -60,6 +60,8 @@ class Keeper:
         self.interval = min(delay, lease.total_seconds() / 3) / 2
         self._renew_every = lease.total_seconds() / 3
         self._renew_at: float | None = None
+        self._renewed_at: float | None = None
+        """When the last pass renewed the leases (None while no segment is held)."""
         self._held: dict[str, tuple[str, RunEventSink]] = {}
         self._lock = native.lock()  # held for dictionary operations only
         self._writer: int | None = None
@@ -133,29 +135,47 @@ class Keeper:
 
     def renew(self) -> bool:
         """Renew every held lease, in one statement. False when no segment is held (the
-        renewer thread then ends)."""
+        renewer thread then ends).
+
+        A lease it did not renew is not reported here: most often its segment has just
+        made its final transition and not yet left ``hold``; when another worker really
+        took the run, the segment's next guarded write fails and the segment reports the
+        loss (``Segments._lease_lost``), once. What the renewer does report is its own
+        lateness: a pass more than half a lease after the last leaves a lease close to
+        expiring, where a sweep would take the run."""
         with self._lock:
             owners = {run_id: owner for run_id, (owner, _) in self._held.items()}
             if not owners:
                 self._renewer = None
+                self._renewed_at = None
                 return False
+        now = self.clock()
         try:
             renewed = self._store.transitions.renew_leases(owners, self._lease, apart=True)
         except Exception:
             log.warning("lease renewal failed", extra={"action": "lease.error"}, exc_info=True)
             return True
-        for run_id in owners.keys() - renewed:
-            with self._lock:  # a segment that has just ended gave its lease back
-                lost = self._held.get(run_id, ("",))[0] == owners[run_id]
-            if lost:
-                log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
+        self._late(now)
+        ending = len(owners) - len(renewed)
+        if ending:
+            log.debug("leases not renewed", extra={"action": "lease.skipped", "runs": ending})
         return True
+
+    def _late(self, now: float) -> None:
+        last, self._renewed_at = self._renewed_at, now
+        if last is not None and now - last > self._lease.total_seconds() / 2:
+            log.warning(
+                "lease renewal late: %.1f s after the last, with a lease of %.0f s",
+                now - last,
+                self._lease.total_seconds(),
+                extra={"action": "lease.late"},
+            )
 
     def _flush(self, run_id: str, sink: RunEventSink) -> None:
         try:
             sink.flush(waited=self.interval)
-        except LeaseLostError:  # the segment finds out at its next write, and stops
-            log.warning("lease lost", extra={"action": "lease.lost", "run_id": run_id})
+        except LeaseLostError:  # the segment finds out at its next write, stops and says so
+            log.debug("events not written: lease lost", extra={"action": "lease.lost"})
         except Exception:  # they stay pending: the segment's next write takes them
             log.warning(
                 "could not write a segment's events",
