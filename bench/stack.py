@@ -55,11 +55,15 @@ def bench_config(database: str, broker: str, tmp: Path) -> dict[str, str]:
 
 
 @contextmanager
-def deployment() -> Iterator[tuple[Stack, str, Process]]:
+def deployment(settings: dict[str, str] | None = None) -> Iterator[tuple[Stack, str, Process]]:
+    """An API process and ``airlock worker`` on the local Redis and a fresh PostgreSQL
+    database; ``settings``: more of the deployment's environment."""
     redis.Redis.from_url(REDIS).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
-    with temporary_database() as url, _processes(bench_config(url, REDIS, tmp), tmp) as running:
-        yield running
+    with temporary_database() as url:
+        config = bench_config(url, REDIS, tmp) | (settings or {})
+        with _processes(config, tmp) as running:
+            yield running
 
 
 @contextmanager
