@@ -60,9 +60,15 @@ STEPS = tuple(f"{a}→{b}" for a, b in itertools.pairwise(("sent", *TRACED, "sta
 TRACE: Trace | None = None
 
 
-def one_approval(stack: Stack, client: Client, base: str) -> dict[str, float]:
+def one_approval(
+    stack: Stack, client: Client, base: str, before: Callable[[str], None] | None = None
+) -> dict[str, float]:
+    """One W1 run, approved as soon as a poll shows it waiting (after ``before(run_id)``,
+    if given): its approval's parts, in seconds."""
     created = time.time()
     run_id, path, content, headers = w1_waiting(client, base)
+    if before is not None:
+        before(run_id)
     sent = time.time()
     answered = client.post(f"{base}{path}", content=content, headers=headers)
     answered_at = time.time()
