@@ -1,6 +1,6 @@
 """W1 as users drive it, against the peer in the same run: over HTTP (``POST /v1/runs``,
 ``GET /v1/runs/{id}`` polled every 2 ms, a Standard Webhooks-signed approval), a real
-API process and a real ``airlock worker -c 2`` on Redis and PostgreSQL; the peer is
+API process and a real ``airlock worker`` (its default pool) on Redis and PostgreSQL; the peer is
 LangGraph with its PostgreSQL checkpointer (``bench/peer``, installed pinned into its
 own virtualenv on first use), one process, the same PostgreSQL.
 
@@ -236,7 +236,7 @@ def main() -> None:
         print(f"  {step:>20}: p50 {at['p50_ms']:7.2f}  p95 {at['p95_ms']:7.2f} ms")
     print(f"approve → completed, Airlock / peer (p50): {result['approve_ratio_p50']}x")
     print(
-        f"throughput: Airlock {rate:.1f} runs/s ({args.clients} clients, worker -c 2)"
+        f"throughput: Airlock {rate:.1f} runs/s ({args.clients} clients, airlock worker)"
         f" / peer {peer_rate:.1f} runs/s (one process) = {result['throughput_ratio']}x"
     )
     print(f"Airlock CPU per run (ms): {result['airlock']['cpu_ms_per_run']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from persistence.migrations import upgrade as migrate
+from workers.testing import ROOT
 
 PG = os.environ.get(
     "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -64,11 +66,28 @@ def record(benchmark: str, command: str, results: object, **details: object) -> 
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": f"python -m bench.{command}",
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "rev": revision(),
+        "loadavg_at_end": [round(v, 2) for v in os.getloadavg()],
         **details,
         "results": results,
     }
     with (RESULTS / f"{benchmark}.jsonl").open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
+
+
+def revision() -> str:
+    """This checkout's commit, ``-dirty`` when code differs from it (results aside)."""
+    git = ["git", "-C", str(ROOT)]
+    rev = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
+    )
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return rev.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
 @dataclass(frozen=True)

@@ -67,13 +67,14 @@ from bench.common import (
     progress,
     record,
     redis_url,
+    revision,
     temporary_database,
 )
 from bench.http import AsyncClient
 from bench.stack import AUTH, bench_config, pct, rss_kb, up, wait_answers
 from bench.w2_agents import MODEL_URL
 from workers.cli.demo import signed_request
-from workers.testing import ROOT, SECRET, Process, Stack, airlock_env, free_port, wait_for
+from workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
 
 POLL = 0.25
 """Seconds between a client's polls, as the issue's users poll (``--poll``)."""
@@ -605,21 +606,6 @@ def main() -> None:
         worker=" ".join(worker_command(args.worker_args)[2:]),
         loadavg_before=load_before,
     )
-
-
-def revision() -> str:
-    """This checkout's commit, ``-dirty`` when code differs from it (results aside)."""
-    git = ["git", "-C", str(ROOT)]
-    rev = subprocess.run(
-        [*git, "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
-    )
-    changed = subprocess.run(
-        [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    return rev.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
 def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
