@@ -4,7 +4,9 @@ time, against a deployment (an API process, ``airlock worker`` with no options) 
 ``AIRLOCK_NOTIFY_URL``, then two with it, sending every ``run.*`` event to a receiver
 (a real HTTP server in its own process, answering 204 at once). Each is measured twice:
 approving as soon as a poll shows the run waiting (while its notification is on its
-way), and ``--think`` seconds later, as a person would. Round after round, so a slow
+way), and ``--think`` seconds later, as a person would; and at once again with the
+notifications on a worker of their own (``airlock worker -Q airlock`` beside ``airlock
+worker -Q airlock.notifications``, docs/operations.md). Round after round, so a slow
 phase of the host falls on every side alike.
 
     .venv/bin/python -m bench.notify [--n 60] [--rounds 3] [--think 0.2]
@@ -70,11 +72,12 @@ def received(root: str) -> Counter[str]:
     return Counter(httpx.get(root, timeout=5).json())
 
 
-def side(n: int, settings: dict[str, str], think: float) -> list[dict[str, float]]:
+def side(n: int, settings: dict[str, str], think: float, notifier: bool) -> list[dict[str, float]]:
     """``n`` approvals, one at a time, on a fresh deployment (after 5 to warm up), each
     sent ``think`` seconds after a poll showed the run waiting: their parts
-    (``bench.approval_path.one_approval``)."""
-    with deployment(settings) as (stack, base, _worker), Client() as client:
+    (``bench.approval_path.one_approval``). ``notifier``: a worker of its own delivers."""
+    deployed = deployment(settings, notifier=notifier)
+    with deployed as (stack, base, _worker), Client() as client:
 
         def pause(run_id: str) -> None:
             time.sleep(think)
@@ -105,18 +108,19 @@ def main() -> None:
     wait_for("the receiver", lambda: _up(root), timeout=30)
     on = {"AIRLOCK_NOTIFY_URL": f"{root}hooks", "AIRLOCK_NOTIFY_SECRET": SECRET}
     sides = {
-        "off": ({}, 0.0),
-        "on": (on, 0.0),
-        f"off_think_{args.think}s": ({}, args.think),
-        f"on_think_{args.think}s": (on, args.think),
+        "off": ({}, 0.0, False),
+        "on": (on, 0.0, False),
+        "on_notifier": (on, 0.0, True),
+        f"off_think_{args.think}s": ({}, args.think, False),
+        f"on_think_{args.think}s": (on, args.think, False),
     }
     parts: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     try:
         for r in range(args.rounds):
-            for name, (settings, think) in sides.items():
+            for name, (settings, think, notifier) in sides.items():
                 progress(f"round {r + 1}/{args.rounds}: {name}, {args.n} approvals…")
-                parts[name] += side(args.n, settings, think)
-        runs = 2 * args.rounds * (args.n + 5)
+                parts[name] += side(args.n, settings, think, notifier)
+        runs = 3 * args.rounds * (args.n + 5)
         wait_for("every notification", lambda: _all(received(root), runs), timeout=60)
         counts = received(root)
     finally:
@@ -136,7 +140,7 @@ def summary(parts: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """Each side's approve → completed, and each "on" side's ratio to its "off" side
     (the same think time)."""
     totals = {name: ms([p["total"] for p in samples]) for name, samples in parts.items()}
-    pairs = {on: on.replace("on", "off", 1) for on in totals if on.startswith("on")}
+    pairs = {on: _off(on) for on in totals if on.startswith("on")}
     return {
         "approve_to_completed": totals,
         "ratio_p50": {
@@ -153,6 +157,11 @@ def summary(parts: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         },
         "runs_per_side": len(parts["off"]),
     }
+
+
+def _off(on: str) -> str:
+    """The "off" side an "on" side is compared with: the same think time."""
+    return "off" if on.startswith("on_notifier") else on.replace("on", "off", 1)
 
 
 def report(result: dict[str, Any]) -> None:
