@@ -27,13 +27,16 @@ def normalise_url(url: str) -> str:
     """Accept the usual spellings; PostgreSQL always goes through psycopg 3."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigurationError(f"AIRLOCK_DATABASE_URL is not a database URL: {url!r}") from exc
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        raise ConfigurationError(
+            f"AIRLOCK_DATABASE_URL is not a database URL: {_without_credentials(url)!r}"
+        ) from exc
     if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise ConfigurationError(
-            f"AIRLOCK_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {url!r}"
+            "AIRLOCK_DATABASE_URL must be a postgresql:// or sqlite:// URL,"
+            f" got {parsed.render_as_string(hide_password=True)!r}"
         )
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() != "psycopg":
         raise ConfigurationError(
@@ -41,6 +44,15 @@ def normalise_url(url: str) -> str:
             f" (postgresql:// or postgresql+psycopg://), not {parsed.get_driver_name()!r}"
         )
     return parsed.render_as_string(hide_password=False)
+
+
+def _without_credentials(url: str) -> str:
+    """A URL SQLAlchemy cannot parse, as it may be shown: whatever comes before an
+    ``@`` (a user and a password) left out."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://…@{rest.rpartition('@')[2]}" if rest else "…@" + url.rpartition("@")[2]
 
 
 def make_engine(url: str | None = None, **kwargs: Any) -> Engine:

@@ -34,3 +34,19 @@ def test_other_urls_are_refused_naming_the_variable(given: str, named: str) -> N
     with pytest.raises(ConfigurationError) as refused:
         normalise_url(given)
     assert "AIRLOCK_DATABASE_URL" in str(refused.value) and named in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "mysql://airlock:s3cret@db/airlock",
+        "postgresql+asyncpg://airlock:s3cret@db/airlock",
+        "postgresql://airlock:s3cret@db:port/airlock",  # SQLAlchemy cannot parse it
+        "airlock:s3cret@db",
+    ],
+)
+def test_a_refused_url_is_named_without_its_password(given: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        normalise_url(given)
+    assert "AIRLOCK_DATABASE_URL" in str(refused.value)
+    assert "s3cret" not in str(refused.value)

@@ -13,18 +13,13 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from persistence import schema
 from persistence.db import ConfigurationError
 from workers.cli import runs
 from workers.cli.app import NOT_READY, PASSTHROUGH, app, db_app, one_line, service
-from workers.cli.output import (
-    console,
-    errors,
-    fail,
-)
+from workers.cli.output import console, errors, fail, without_password
 from workers.service import SweeperState
 from workers.service.settings import settings
 
@@ -39,8 +34,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
     url = settings().database_url
     if (problem := schema.upgrade_or_explain(url, revision)) is not None:
         fail(problem, NOT_READY)
-    shown = make_url(url).render_as_string(hide_password=True)
-    typer.echo(f"database {shown} upgraded to {revision}")
+    typer.echo(f"database {without_password(url)} upgraded to {revision}")
 
 
 @app.command(context_settings=PASSTHROUGH)

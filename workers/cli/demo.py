@@ -29,6 +29,7 @@ from rich.table import Table
 from standardwebhooks import Webhook
 
 from persistence import migrations, schema
+from workers.cli.output import without_password
 from workers.service.settings import settings
 from workers.service.views import event_summary
 
@@ -301,8 +302,8 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
     console.rule("[bold]airlock dev[/bold]")
     inbox = f"http://127.0.0.1:{port}/inbox"
     console.print(f"inbox      {inbox}  (sign in with the API token below and your name)")
-    console.print(f"database   {config.database_url}")
-    console.print(f"broker     {config.broker_url} ({config.broker_folder})")
+    console.print(f"database   {without_password(config.database_url)}")
+    console.print(f"broker     {without_password(config.broker_url)} ({config.broker_folder})")
     console.print(f"API        http://127.0.0.1:{port}  (docs at /docs)")
     for name, value in kept.values.items():
         console.print(f"{name}={value}", highlight=False, soft_wrap=True)

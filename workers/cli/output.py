@@ -9,15 +9,27 @@ from datetime import timedelta
 from typing import NoReturn
 
 import typer
+from kombu.utils.url import maybe_sanitize_url
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from workers.service import Stats
 
 console = Console()
 errors = Console(stderr=True)
+
+
+def without_password(url: str) -> str:
+    """``url`` as it may be printed: its password, if any, shown as ``***`` (a database
+    URL by SQLAlchemy's rendering, a broker URL by kombu's)."""
+    if "://" not in url or "@" not in url:
+        return url
+    if url.startswith(("redis", "rediss", "amqp", "sqla+", "filesystem")):
+        return maybe_sanitize_url(url)
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def fail(message: str, code: int) -> NoReturn:

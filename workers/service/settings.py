@@ -7,6 +7,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from kombu.utils.url import maybe_sanitize_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
@@ -101,7 +102,8 @@ class Settings(BaseSettings):
     def _broker_url(cls, value: str) -> str:
         if not value.startswith(("redis://", "rediss://", "filesystem://", "sqla+", "amqp://")):
             raise ValueError(
-                f"must be redis://…, rediss://…, amqp://…, sqla+… or filesystem://, got {value!r}"
+                "must be redis://…, rediss://…, amqp://…, sqla+… or filesystem://,"
+                f" got {maybe_sanitize_url(value)!r}"
             )
         return value
 
