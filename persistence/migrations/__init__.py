@@ -25,5 +25,12 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+MIGRATION_LOCK = 0x4149524C  # "AIRL"
+"""The PostgreSQL advisory lock every migrator takes in its transaction (env.py):
+replicas that run ``airlock db upgrade`` at once (an init container each) migrate one
+after the other, the later ones finding the schema at head, instead of racing on the
+DDL."""
+
+
 def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)

@@ -8,6 +8,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from persistence.db import make_engine
+from persistence.migrations import MIGRATION_LOCK
 from persistence.models import Base
 
 config = context.config
@@ -25,6 +26,8 @@ def run(connection: Connection) -> None:
     )
     if not sqlite or connection.in_transaction():
         with context.begin_transaction():
+            if not sqlite:  # held to the commit; alembic reads the version after it
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             context.run_migrations()
         return
     # A batch migration copies a table and drops the old one; SQLite runs a parent's

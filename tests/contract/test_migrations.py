@@ -81,3 +81,71 @@ def test_scoping_idempotency_keys_keeps_every_run_and_its_events(
         key, caller = conn.execute(sa.text("select idempotency_key, caller from agent_runs")).one()
     assert (key, caller) == ("k", None)
     assert diff(engine) == []
+
+
+def test_migrators_that_start_at_once_take_turns(postgres_template: str) -> None:
+    """Three ``airlock db upgrade`` at once on an empty PostgreSQL database (replicas'
+    init containers): each waits on the migration lock while another holds it, then
+    finds the schema at head. The test holds the lock first, so all three are seen
+    waiting on it before any migrates."""
+    import os
+    import subprocess
+    import sys
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from persistence.migrations import MIGRATION_LOCK
+    from tests.conftest import POSTGRES_URL
+    from workers.testing import ROOT, wait_for
+
+    name = f"airlock_race_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    env = {**os.environ, "AIRLOCK_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "workers", "db", "upgrade"]
+    holder = create_engine(url, isolation_level="AUTOCOMMIT")
+    migrators: list[subprocess.Popen[str]] = []
+    try:
+        with holder.connect() as held:
+            held.execute(text(f"SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+            for _ in range(3):
+                migrators.append(
+                    subprocess.Popen(argv, env=env, cwd=ROOT, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                )  # fmt: skip
+            waiting = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = :db"
+                " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+            )
+            wait_for(
+                "three migrators waiting on the lock",
+                lambda: held.execute(waiting, {"db": name}).scalar() == 3,
+                timeout=60,
+            )
+            held.execute(text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+        said = [m.communicate(timeout=120)[0] for m in migrators]
+        assert [m.returncode for m in migrators] == [0, 0, 0], said
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalars()
+            assert list(version) == [_head(url)]
+        engine.dispose()
+    finally:
+        for migrator in migrators:
+            migrator.kill()
+            migrator.wait()
+        holder.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _head(url: str) -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    assert head is not None
+    return head
