@@ -114,7 +114,7 @@ def test_a_run_page_shows_the_turn_and_escapes_what_the_model_wrote(api: Api) ->
     html = run_page(api, run_id)
     assert HOSTILE_BODY not in html and "<script>document" not in html
     assert "&lt;script&gt;document.title=" in html
-    assert "send_note" in html and "asks" in html and "any approver" in html
+    assert "send_note" in html and "Needs a person" in html and "any approver" in html
     assert "Transcript up to the turn" in html and "Timeline" in html
 
 
@@ -389,3 +389,52 @@ def test_an_approver_withdraws_their_approval_from_the_run_page(api: Api, issuer
     assert "Your approval is withdrawn" in api.client.get(taken.headers["location"]).text
     assert digest is not None and api.service.store.decisions.approvals(run_id, digest) == []
     assert 'id="withdraw"' not in run_page(api, run_id)
+
+
+def outcomes(html: str) -> dict[str, list[str]]:
+    """The calls the page's "what will happen" lists as running and as denied."""
+    found: dict[str, list[str]] = {"run": [], "deny": []}
+    for kind, call in re.findall(r'data-outcome="(run|deny)" data-call="([^"]+)"', html):
+        found[kind].append(call)
+    return found
+
+
+def test_the_page_says_what_will_run_before_it_is_sent_and_that_is_what_runs(api: Api) -> None:
+    run_id = api.waiting("two_notes")["id"]
+    sign_in(api)
+    html = run_page(api, run_id)
+    assert outcomes(html) == {"run": ["call_0_0", "call_0_1"], "deny": []}
+    assert "overrides the whole turn" in html
+    digest = re.search(r'name="turn_digest" value="([0-9a-f]{64})"', html)
+    assert digest is not None
+    form = {
+        "csrf": csrf(html),
+        "turn_digest": digest.group(1),
+        "decision": "deny",
+        "reason": "not now",
+        "call.call_0_1": "edit",
+        "edit.call_0_1.to": "b@example.com",
+        "edit.call_0_1.amount": "3",
+        "edit.call_0_1.body": "second",
+    }
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=form)
+    assert preview.status_code == 200
+    assert outcomes(preview.text) == {"run": ["call_0_1"], "deny": ["call_0_0"]}
+    assert "with your edits" in preview.text and "this call&#39;s own choice" in preview.text
+    told = "Error: tool &#34;send_note&#34; was denied by the operator. Reason: not now"
+    assert told in preview.text
+    refused = api.client.post(
+        f"/inbox/runs/{run_id}/preview", data={**form, "edit.call_0_1.amount": "x"}
+    )
+    assert "would be refused: amount: must be a whole number" in refused.text
+    stale = api.client.post(f"/inbox/runs/{run_id}/preview", data={**form, "turn_digest": "0" * 64})
+    assert "already decided" in stale.text
+    assert api.service.get_run(run_id).status.value == "waiting_for_approval"  # nothing sent
+
+    answer = api.client.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    api.segment(run_id)
+    tools = [e.payload for e in api.service.events(run_id) if e.kind == "tool"]
+    assert [(t["call_id"], t["arguments"]) for t in tools] == [
+        ("call_0_1", {"to": "b@example.com", "amount": 3, "body": "second"})
+    ]

@@ -20,6 +20,7 @@ from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError, parse_run_id
 from workers.http.auth import Authenticator
 from workers.http.inbox.forms import Field, FormError, decision_of, fields_of
+from workers.http.inbox.outcome import Summary, summary
 from workers.http.inbox.present import NOTICES, STALE, ago, explained, message, timeline, until
 from workers.http.problems import ProblemError
 from workers.service import ConflictError, DecisionResult, Service
@@ -213,11 +214,14 @@ class Inbox:
             state = self.service.pending(run)
         except StateError:
             state = None
+        agent = self.agent(run)
         if state is not None:
-            agent = self.agent(run)
             transcript = [message(m) for m in state.transcript]
             for call in state.pending_calls:
                 forms[call.id] = fields_of(agent, call)
+        shown = (
+            summary(agent, state, {"decision": "approve", **(form or {})}, forms) if state else None
+        )
         events = [event_view(e) for e in self.service.events(run.id)]
         approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
         return self.page(
@@ -233,7 +237,21 @@ class Inbox:
             notice=NOTICES.get(notice or ""),
             error=error,
             form=form or {},
+            summary=shown,
         )
+
+    def preview(self, run_id: str, form: Mapping[str, str], session: Session) -> HTMLResponse:
+        """The run page's "what will happen" for the decision its form holds now."""
+        try:
+            run = self.service.get_run(run_id)
+            state = self.service.pending(run)
+        except (UnknownRunError, StateError) as exc:
+            return self.page("summary.html", summary=Summary(error=str(exc)))
+        if state is None or run.turn_digest != form.get("turn_digest"):
+            return self.page("summary.html", summary=Summary(error=STALE))
+        agent = self.agent(run)
+        forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
+        return self.page("summary.html", summary=summary(agent, state, form, forms))
 
     def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
         try:

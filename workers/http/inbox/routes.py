@@ -92,6 +92,14 @@ def _pages(router: APIRouter, inbox: Inbox) -> None:
         form = await inbox.form(request, session)
         return await run_in_threadpool(inbox.decide, run_id, form, session)
 
+    @router.post("/inbox/runs/{run_id}/preview", include_in_schema=False)
+    async def preview(run_id: str, request: Request) -> Response:
+        session = await run_in_threadpool(inbox.session, request)
+        if session is None:
+            return Response(status_code=401, headers=HEADERS)
+        form = await inbox.form(request, session)
+        return await run_in_threadpool(inbox.preview, run_id, form, session)
+
     @router.post("/inbox/bulk", include_in_schema=False)
     async def bulk(request: Request) -> Response:
         session = await run_in_threadpool(inbox.session, request)
