@@ -201,6 +201,14 @@ def test_bulk_decisions_are_one_per_run_and_only_for_one_kind(api: Api) -> None:
     assert refused.status_code == 422 and "one agent" in refused.text
     form = {"csrf": token, "action": "approve"}
     form |= {f"run.{r}": "on" for r in runs} | {f"digest.{r}": digests[r] for r in runs}
+    asked = api.client.post("/inbox/bulk", data=form)  # first, what it will do
+    assert asked.status_code == 200 and "Yes, approve 2 runs" in asked.text
+    assert asked.text.count("send_note(to=ops@example.com, amount=12") == 2
+    assert all(api.service.get_run(r).status.value == "waiting_for_approval" for r in runs)
+    form["confirmed"] = "yes"
+    assert dict(re.findall(r'name="(digest\.[^"]+)" value="([0-9a-f]{64})"', asked.text)) == {
+        f"digest.{r}": digests[r] for r in runs
+    }
     done = api.client.post("/inbox/bulk", data=form)
     assert done.status_code == 200 and done.text.count("Decision recorded") == 2
     assert all(api.service.get_run(r).status.value == "queued" for r in runs)
@@ -438,3 +446,37 @@ def test_the_page_says_what_will_run_before_it_is_sent_and_that_is_what_runs(api
     assert [(t["call_id"], t["arguments"]) for t in tools] == [
         ("call_0_1", {"to": "b@example.com", "amount": 3, "body": "second"})
     ]
+    page = api.client.get(f"/inbox/runs/{run_id}", params={"notice": "recorded"}).text
+    assert api.service.get_run(run_id).status.value == "completed"
+    assert "resumes" not in page and "The run has since finished: completed" in page
+    assert (
+        '<h2 id="transcript-title">Transcript</h2>' in page and "noted 3 for b@example.com" in page
+    )
+    assert "was denied by the operator. Reason: not now" in page  # what the model was told
+    timeline = page[page.index('<table class="timeline') :]
+    assert "the whole turn denied; send_note (call 2): approved with edits" in timeline
+    assert "<code>amount</code>: <del>2</del> → <ins>3</ins>" in timeline
+    assert '<td data-label="Who">ann <small>signed in via inbox' in timeline
+    assert "{&#34;" not in timeline and "call_0_1" not in timeline  # no raw JSON, no ids
+
+
+def test_a_queue_row_says_what_is_asked_and_the_recent_view_who_decided(api: Api) -> None:
+    waiting = api.create("notes", metadata={"ticket": "T-4711"})["id"]
+    api.segment(waiting)
+    decided = api.waiting("two_notes")["id"]
+    sign_in(api)
+    html = api.client.get("/inbox").text
+    row = html[html.index(f'data-run="{waiting}"') :]
+    row = row[: row.index("</tr>")]
+    assert "send_note(to=ops@example.com, amount=12, body=&lt;script&gt;" in row
+    assert "mail 42" in row and "ticket=T-4711" in row
+    assert "waiting for a decision" in row and "waiting_for_approval" not in row.split('"')[-1]
+    assert "<h1>What waits for a decision</h1>" in html and "Approve selected" in html
+    assert decide(api, decided).status_code == 303
+    recent = api.client.get("/inbox", params={"status": "recent"}).text
+    assert "<h1>Recently decided or finished</h1>" in recent
+    assert "Approve selected" not in recent and 'type="checkbox"' not in recent
+    row = recent[recent.index(f'data-run="{decided}"') :]
+    row = row[: row.index("</tr>")]
+    assert '<td data-label="Calls">2</td>' in row
+    assert "approved by <strong>ann</strong>" in row and ">queued<" in row

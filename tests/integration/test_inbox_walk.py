@@ -51,3 +51,13 @@ def test_a_deny_with_one_edited_call_runs_that_call_and_says_so_first(inbox: Inb
     ]
     assert ran == [("call_0_1", {"to": "b@example.com", "amount": 5, "body": "second"})]
     assert inbox.stack.executions() == {f"send_note {run_id}:call_0_1": 1}
+
+    # afterwards: the transcript stays, the timeline tells the edit and who decided
+    page.locator("#run-status", has_text="completed").wait_for(timeout=15_000)
+    assert "resumes" not in page.content()
+    assert page.locator("#transcript-title").inner_text() == "Transcript"
+    timeline = page.locator("table.timeline")
+    assert "send_note (call 2): approved with edits" in timeline.inner_text()
+    assert timeline.locator("ul.changes li").inner_text() == "amount: 2 → 5"
+    assert "ann signed in via inbox" in timeline.inner_text()
+    inbox.shot(page, "inbox-run-decided.png")
