@@ -480,3 +480,12 @@ def test_a_queue_row_says_what_is_asked_and_the_recent_view_who_decided(api: Api
     row = row[: row.index("</tr>")]
     assert '<td data-label="Calls">2</td>' in row
     assert "approved by <strong>ann</strong>" in row and ">queued<" in row
+
+
+def test_the_sign_in_says_where_the_token_comes_from_and_a_favicon_is_served(api: Api) -> None:
+    login = api.client.get("/inbox/login").text
+    intro = login.index("Approvers sign in here")
+    assert intro < login.index("in with the API token") < login.index("AIRLOCK_API_TOKEN")
+    icon = api.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from persistence.domain import RunStatus
-from tests.integration.browsing import Inbox, browser, inbox
+from tests.integration.browsing import PHONE, Inbox, browser, inbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 __all__ = ["browser", "inbox"]
@@ -61,3 +61,87 @@ def test_a_deny_with_one_edited_call_runs_that_call_and_says_so_first(inbox: Inb
     assert timeline.locator("ul.changes li").inner_text() == "amount: 2 → 5"
     assert "ann signed in via inbox" in timeline.inner_text()
     inbox.shot(page, "inbox-run-decided.png")
+
+
+def cut_off(page: Any, selector: str) -> list[str]:
+    """The texts of cells under ``selector`` whose content is cut (wider than shown), and
+    the page itself when it scrolls sideways."""
+    return page.evaluate(
+        """(selector) => {
+          const wide = (el) => el.scrollWidth > el.clientWidth + 1
+            || el.getBoundingClientRect().right > innerWidth + 1;
+          const cut = Array.from(document.querySelectorAll(selector)).filter(wide)
+            .map((el) => el.innerText.slice(0, 40));
+          const page = document.documentElement;
+          if (page.scrollWidth > innerWidth) cut.push("the page scrolls sideways");
+          return cut;
+        }""",
+        selector,
+    )
+
+
+def on_a_phone(inbox: Inbox, run_id: str) -> None:
+    """The queue and the run page at 390 px: each row a card, every cell shown whole."""
+    phone = inbox.page(**PHONE, color_scheme="dark")
+    assert cut_off(phone, "#rows td") == []
+    for label in ("Run", "Asks", "Calls", "Requester", "Waiting", "Expires in", "Status"):
+        assert phone.locator(f'#rows tr[data-run="{run_id}"] td[data-label="{label}"]').is_visible()
+    inbox.shot(phone, "inbox-queue-phone-dark.png")
+    phone.goto(f"{inbox.base}/inbox/runs/{run_id}")
+    assert phone.locator('[id="edit.call_0_0.amount"]').get_attribute("inputmode") == "numeric"
+    assert cut_off(phone, "table.timeline td") == []
+    assert phone.locator('table.timeline td[data-label="What"]').first.is_visible()
+    inbox.shot(phone, "inbox-run-dark-phone.png")
+    phone.context.close()
+
+
+def test_the_queue_says_what_is_asked_and_works_by_keyboard_and_on_a_phone(inbox: Inbox) -> None:
+    first = inbox.start("notes", metadata={"ticket": "T-4711"}, requested_by="rita")
+    second = inbox.start("notes", requested_by="rita")
+    page = inbox.page()
+    row = page.locator(f'#rows tr[data-run="{first}"]')
+    text = row.inner_text()
+    assert "send_note(to=ops@example.com, amount=12, body=<script>" in text
+    assert "note it" in text and "ticket=T-4711" in text and "rita" in text
+    assert "waiting for a decision" in text and "waiting_for_approval" not in text
+    assert page.locator('input[inputmode="decimal"]').count() == 0
+    inbox.shot(page, "inbox-queue.png")
+
+    on_a_phone(inbox, first)
+
+    # by keyboard: move, see where, approve (a confirmation lists what will run), open
+    page.keyboard.press("j")
+    assert page.locator("#rows tr.current").get_attribute("data-run") == first
+    assert page.evaluate("document.activeElement.closest('tr').dataset.run") == first
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline == "solid"  # the focus shows
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    assert page.locator("#rows tr.current").get_attribute("data-run") == first
+    page.keyboard.press("a")
+    page.wait_for_url(f"{inbox.base}/inbox/bulk")
+    planned = page.locator("ul.planned li")
+    assert planned.count() == 1
+    assert "send_note(to=ops@example.com, amount=12" in planned.inner_text()
+    assert inbox.stack.run(first).status is RunStatus.WAITING_FOR_APPROVAL  # not yet
+    page.keyboard.press("Enter")  # the confirmation's button has the focus
+    page.locator("tr.ok").wait_for()
+    inbox.stack.wait_status(first, RunStatus.COMPLETED)
+
+    page.goto(f"{inbox.base}/inbox")
+    page.keyboard.press("j")
+    assert page.locator("#rows tr.current").get_attribute("data-run") == second
+    page.keyboard.press("d")  # a deny needs a reason: the reason box is focused
+    assert page.locator("#deny-needs-reason").is_visible()
+    assert page.evaluate("document.activeElement.id") == "bulk-reason"
+    page.keyboard.type("not this one")
+    page.locator("#rows a.open").first.focus()
+    page.keyboard.press("o")
+    page.wait_for_url(f"{inbox.base}/inbox/runs/{second}")
+
+    page.goto(f"{inbox.base}/inbox?status=recent")
+    assert page.locator("h1").inner_text() == "Recently decided or finished"
+    assert page.get_by_role("button", name="Approve selected…").count() == 0
+    done = page.locator(f'#rows tr[data-run="{first}"]').inner_text()
+    assert "approved by ann" in done and "completed" in done
+    assert page.locator(f'#rows tr[data-run="{first}"] td[data-label="Calls"]').inner_text() == "1"
