@@ -34,8 +34,8 @@ FLAGS = [
     "--disable-sync",
 ]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
-DESKTOP = {"viewport": {"width": 1100, "height": 900}}
+PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+DESKTOP: dict[str, Any] = {"viewport": {"width": 1100, "height": 900}}
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def test_a_deny_with_one_edited_call_runs_that_call_and_says_so_first(inbox: Inb
 def cut_off(page: Any, selector: str) -> list[str]:
     """The texts of cells under ``selector`` whose content is cut (wider than shown), and
     the page itself when it scrolls sideways."""
-    return page.evaluate(
+    cut: list[str] = page.evaluate(
         """(selector) => {
           const wide = (el) => el.scrollWidth > el.clientWidth + 1
             || el.getBoundingClientRect().right > innerWidth + 1;
@@ -78,6 +78,7 @@ def cut_off(page: Any, selector: str) -> list[str]:
         }""",
         selector,
     )
+    return cut
 
 
 def on_a_phone(inbox: Inbox, run_id: str) -> None:
