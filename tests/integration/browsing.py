@@ -34,7 +34,11 @@ FLAGS = [
     "--disable-sync",
 ]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+PHONE: dict[str, Any] = {
+    "viewport": {"width": 390, "height": 844},
+    "is_mobile": True,
+    "has_touch": True,
+}
 DESKTOP: dict[str, Any] = {"viewport": {"width": 1100, "height": 900}}
 
 
