@@ -117,7 +117,7 @@ def inbox(
 
 def audit(page: Any) -> list[dict[str, Any]]:
     """The page's serious and critical accessibility violations, by axe-core."""
-    page.add_script_tag(content=AXE.read_text())  # Playwright's own injection: no CSP hole
+    page.evaluate(AXE.read_text())  # evaluated by the browser's devtools: no CSP hole needed
     found: list[dict[str, Any]] = page.evaluate(
         "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from persistence.domain import RunStatus
-from tests.integration.browsing import PHONE, Inbox, browser, inbox
+from tests.integration.browsing import DESKTOP, PHONE, Inbox, audit, browser, inbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 __all__ = ["browser", "inbox"]
@@ -146,3 +146,31 @@ def test_the_queue_says_what_is_asked_and_works_by_keyboard_and_on_a_phone(inbox
     done = page.locator(f'#rows tr[data-run="{first}"]').inner_text()
     assert "approved by ann" in done and "completed" in done
     assert page.locator(f'#rows tr[data-run="{first}"] td[data-label="Calls"]').inner_text() == "1"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_violation_on_a_desktop_or_a_phone(inbox: Inbox, scheme: str) -> None:
+    run_id = inbox.start("two_notes", metadata={"ticket": "T-1"})
+    found: dict[str, list[dict[str, Any]]] = {}
+    for device, options in (("desktop", DESKTOP), ("phone", PHONE)):
+        context = inbox.browser.new_context(**options, color_scheme=scheme)
+        page = context.new_page()
+        page.goto(f"{inbox.base}/inbox/login")
+        found[f"{device} sign-in"] = audit(page)
+        page.close()
+        context.close()
+        page = inbox.page(**options, color_scheme=scheme)
+        found[f"{device} queue"] = audit(page)
+        page.goto(f"{inbox.base}/inbox/runs/{run_id}")
+        page.locator('input[name="call.call_0_1"][value="edit"]').check()
+        page.locator('[id="edit.call_0_1.amount"]').fill("5")
+        page.locator("#summary [data-outcome]", has_text="amount = 5").wait_for()
+        found[f"{device} run"] = audit(page)
+        page.get_by_role("button", name="Submit decision").click()
+        page.wait_for_url(f"{inbox.base}/inbox/runs/{run_id}?notice=recorded")
+        inbox.stack.wait_status(run_id, RunStatus.COMPLETED)
+        page.reload()
+        found[f"{device} decided run"] = audit(page)
+        page.context.close()
+        run_id = inbox.start("two_notes")
+    assert {where: v for where, v in found.items() if v} == {}
