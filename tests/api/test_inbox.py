@@ -386,6 +386,7 @@ def test_an_approver_withdraws_their_approval_from_the_run_page(api: Api, issuer
     run_id = api.waiting("four_eyes")["id"]
     sign_in(api, token=issuer.token("tess", ["treasury"]))
     assert 'id="withdraw"' not in run_page(api, run_id)
+    assert "Nothing runs yet: this approval counts toward the 2 distinct" in run_page(api, run_id)
     approved = decide(api, run_id)
     assert approved.status_code == 303 and "notice=partial" in approved.headers["location"]
     html = run_page(api, run_id)

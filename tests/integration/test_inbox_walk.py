@@ -92,7 +92,7 @@ def on_a_phone(inbox: Inbox, run_id: str) -> None:
     assert phone.locator('[id="edit.call_0_0.amount"]').get_attribute("inputmode") == "numeric"
     assert cut_off(phone, "table.timeline td") == []
     assert phone.locator('table.timeline td[data-label="What"]').first.is_visible()
-    inbox.shot(phone, "inbox-run-dark-phone.png")
+    inbox.shot(phone, "inbox-run-phone-dark.png")
     phone.context.close()
 
 
@@ -106,7 +106,7 @@ def test_the_queue_says_what_is_asked_and_works_by_keyboard_and_on_a_phone(inbox
     assert "note it" in text and "ticket=T-4711" in text and "rita" in text
     assert "waiting for a decision" in text and "waiting_for_approval" not in text
     assert page.locator('input[inputmode="decimal"]').count() == 0
-    inbox.shot(page, "inbox-queue.png")
+    inbox.shot(page, "inbox-queue-asks.png")
 
     on_a_phone(inbox, first)
 
@@ -125,6 +125,7 @@ def test_the_queue_says_what_is_asked_and_works_by_keyboard_and_on_a_phone(inbox
     assert planned.count() == 1
     assert "send_note(to=ops@example.com, amount=12" in planned.inner_text()
     assert inbox.stack.run(first).status is RunStatus.WAITING_FOR_APPROVAL  # not yet
+    inbox.shot(page, "inbox-bulk-confirm.png")
     page.keyboard.press("Enter")  # the confirmation's button has the focus
     page.locator("tr.ok").wait_for()
     inbox.stack.wait_status(first, RunStatus.COMPLETED)
@@ -157,6 +158,8 @@ def test_axe_finds_no_serious_violation_on_a_desktop_or_a_phone(inbox: Inbox, sc
         page = context.new_page()
         page.goto(f"{inbox.base}/inbox/login")
         found[f"{device} sign-in"] = audit(page)
+        if device == "desktop" and scheme == "light":
+            inbox.shot(page, "inbox-sign-in.png")
         page.close()
         context.close()
         page = inbox.page(**options, color_scheme=scheme)

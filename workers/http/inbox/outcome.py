@@ -42,6 +42,8 @@ class Outcome:
 class Summary:
     outcomes: list[Outcome] = field(default_factory=list)
     error: str | None = None
+    quorum: int = 1
+    """How many distinct approvers must make this decision before anything runs."""
 
     @property
     def running(self) -> list[Outcome]:
@@ -76,7 +78,9 @@ def summary(
         _outcome(agent, number, call, decision, _why(source, call.id in chosen))
         for number, (call, decision, source) in enumerate(resolved, start=1)
     ]
-    return Summary(outcomes)
+    asked = {c.id for c in state.pending_calls if c.requires_approval}
+    quorums = [agent.approval_of(o.name)[1] for o in outcomes if o.runs and o.id in asked]
+    return Summary(outcomes, quorum=max(quorums, default=1))
 
 
 def _outcome(

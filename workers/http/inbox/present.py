@@ -76,4 +76,6 @@ def clip(text: str, width: int) -> str:
         return flat
     cut = flat[: width - 1]
     space = cut.rfind(" ")
-    return (cut[:space] if space > width // 2 else cut).rstrip(",;: ") + "…"
+    if flat[width - 1] != " " and space > width // 2:  # cut mid-word: back to its start
+        cut = cut[:space]
+    return cut.rstrip(",;: ") + "…"
