@@ -214,6 +214,16 @@ def test_bulk_decisions_are_one_per_run_and_only_for_one_kind(api: Api) -> None:
     assert all(api.service.get_run(r).status.value == "queued" for r in runs)
     again = api.client.post("/inbox/bulk", data=form)
     assert again.text.count("already recorded; nothing changed") == 2
+    deny = {
+        "csrf": token,
+        "action": "deny",
+        f"run.{other}": "on",
+        f"digest.{other}": digests[other],
+    }
+    assert api.client.post("/inbox/bulk", data=deny).status_code == 422  # no reason
+    asked = api.client.post("/inbox/bulk", data={**deny, "reason": "not today"})
+    assert "Deny this run?" in asked.text and "the model is told: <q>not today</q>" in asked.text
+    assert api.service.get_run(other).status.value == "waiting_for_approval"
 
 
 def test_a_token_sign_in_decides_with_its_roles(api: Api, issuer: Issuer) -> None:
