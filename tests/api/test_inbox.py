@@ -446,6 +446,11 @@ def test_the_page_says_what_will_run_before_it_is_sent_and_that_is_what_runs(api
         f"/inbox/runs/{run_id}/preview", data={**form, "edit.call_0_1.amount": "x"}
     )
     assert "would be refused: amount: must be a whole number" in refused.text
+    checked = api.client.post(f"/inbox/runs/{run_id}/decide", data={**form, "check": "1"})
+    assert checked.status_code == 200  # without script: the page again, with its summary
+    assert outcomes(checked.text) == {"run": ["call_0_1"], "deny": ["call_0_0"]}
+    forged = api.client.post(f"/inbox/runs/{run_id}/preview", data={**form, "csrf": "x"})
+    assert forged.status_code == 403
     stale = api.client.post(f"/inbox/runs/{run_id}/preview", data={**form, "turn_digest": "0" * 64})
     assert "already decided" in stale.text
     assert api.service.get_run(run_id).status.value == "waiting_for_approval"  # nothing sent

@@ -88,8 +88,8 @@ def _outcome(
 ) -> Outcome:
     """As the runner settles a call: an invalid or unknown call is told its error, a
     denied one why, the others run."""
-    edited = isinstance(decision, Edit)
     arguments = decision.arguments if isinstance(decision, Edit) else call.arguments
+    edited = arguments != call.arguments
     told: str | None = None
     if call.error is not None:
         told = f"Error: {call.error}"

@@ -207,6 +207,8 @@ class Inbox:
             return self.run_page(run_id, session, error=str(exc), status=409)
         if state is None or run.turn_digest != form.get("turn_digest"):
             return self.run_page(run_id, session, error=STALE, status=409)
+        if form.get("check"):  # without script: the page again, saying what this form does
+            return self.run_page(run_id, session, form=form)
         agent = self.agent(run)
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
         try:
