@@ -75,7 +75,7 @@ def summary(
     except (FormError, DecisionError, ValueError) as exc:
         return Summary(error=str(exc))
     outcomes = [
-        _outcome(agent, number, call, decision, _why(source, call.id in chosen))
+        _outcome(agent, state, number, call, decision, source=source, own=call.id in chosen)
         for number, (call, decision, source) in enumerate(resolved, start=1)
     ]
     asked = {c.id for c in state.pending_calls if c.requires_approval}
@@ -84,30 +84,39 @@ def summary(
 
 
 def _outcome(
-    agent: Agent, number: int, call: PendingCall, decision: CallDecision, why: str
+    agent: Agent,
+    state: SuspendedRunState,
+    number: int,
+    call: PendingCall,
+    decision: CallDecision,
+    *,
+    source: DecisionSource,
+    own: bool,
 ) -> Outcome:
-    """As the runner settles a call: an invalid or unknown call is told its error, a
-    denied one why, the others run."""
+    """As the runner settles a call (``Runner._settle``): an invalid or unknown call is
+    told its error, a denied one why, the others run."""
     arguments = decision.arguments if isinstance(decision, Edit) else call.arguments
-    edited = arguments != call.arguments
     told: str | None = None
     if call.error is not None:
         told = f"Error: {call.error}"
+    elif call.name not in state.tool_names:
+        told = f'Error: unknown tool "{call.name}"'
     elif (tool := agent.tool(call.name)) is None:
         told = f'Error: tool "{call.name}" is no longer permitted and was not executed.'
     elif isinstance(decision, Deny):
-        told = denial(call.name, "policy" if why == POLICY else "operator", decision.reason)
+        told = denial(call.name, source, decision.reason)
     else:
         try:
             tool.validate(arguments)
         except ToolArgumentsError as exc:
             told = f"Error: {exc}"
+    why = _why(source, own)
+    edited = arguments != call.arguments
     return Outcome(call.id, number, call.name, told is None, arguments, edited, why, told)
 
 
-POLICY = "the approval policy decided it (final)"
 WHY: dict[str, str] = {
-    "policy": POLICY,
+    "policy": "the approval policy decided it (final)",
     "read_only": "the whole turn's decision (a read-only call)",
     "unknown_tool": "no such tool",
     "invalid_arguments": "the model's arguments are invalid",
