@@ -9,13 +9,25 @@ from typing import Any
 
 import pytest
 
-from loop import Agent, Approve, Deny, ScriptedModel, SuspendedRunState, tool
+from loop import (
+    Agent,
+    ApprovalRequired,
+    Approve,
+    Deny,
+    ScriptedModel,
+    SuspendedRunState,
+    ToolLoop,
+    ToolResultMessage,
+    tool,
+)
 from loop.messages import Usage
 from loop.state import PendingCall
-from workers.http.inbox.forms import fields_of
+from tests.unit.agents import Recorder, answer, call, calls, make_agent
+from workers.http.inbox.forms import decision_of, fields_of
 from workers.http.inbox.outcome import summary
 from workers.http.inbox.present import clip, line
 from workers.http.inbox.story import timeline, transcript
+from workers.service.decisions import to_loop_decisions
 
 
 @tool
@@ -143,3 +155,38 @@ def test_a_policys_verdict_stands_and_a_refused_form_says_why() -> None:
     assert refused.error == "a deny needs a reason: the model is told" and not refused.outcomes
     edit = {"decision": "approve", "call.c2": "edit", "edit.c2.to": "b", "edit.c2.amount": "x"}
     assert summary(agent, waiting, edit, forms).error == "amount: must be a whole number"
+
+
+CHOICES = ["", "approve", "deny", "edit"]
+
+
+@pytest.mark.parametrize("whole", ["approve", "deny"])
+@pytest.mark.parametrize("first", CHOICES)
+@pytest.mark.parametrize("second", CHOICES)
+def test_what_the_summary_says_is_what_the_loop_does(whole: str, first: str, second: str) -> None:
+    """Every combination of the turn's and the calls' choices: the calls the summary
+    says run are the calls that run, with its arguments; the others are told its words."""
+    recorder = Recorder()
+    steps = [
+        calls(call("send_email", to="a", body="1"), call("upsert", key="k", value=1)),
+        answer("ok"),
+    ]
+    agent = make_agent(steps, recorder)
+    with pytest.raises(ApprovalRequired) as info:
+        ToolLoop().run(agent, "go", run_id="run-1")
+    waiting = info.value.state
+    form = {"decision": whole, "reason": "no", "call.call_0_0": first, "call.call_0_1": second}
+    form |= {"edit.call_0_0.to": "z", "edit.call_0_0.body": "2", "reason.call_0_0": "not a"}
+    form |= {"edit.call_0_1.key": "k", "edit.call_0_1.value": "9"}
+    forms = {c.id: fields_of(agent, c) for c in waiting.pending_calls}
+    said = summary(agent, waiting, form, forms)
+    assert said.error is None
+
+    body = decision_of(
+        {**form, "turn_digest": waiting.turn_digest}, list(waiting.pending_calls), forms
+    )
+    result = ToolLoop().resume(agent, waiting, to_loop_decisions(body.stored(), waiting))
+    ran = [(name, dict(arguments)) for name, arguments, _ in recorder.calls]
+    assert ran == [(o.name, dict(o.arguments)) for o in said.running]
+    told = {m.call_id: m.content for m in result.transcript if isinstance(m, ToolResultMessage)}
+    assert {o.id: told[o.id] for o in said.denied} == {o.id: o.told for o in said.denied}
