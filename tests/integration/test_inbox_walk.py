@@ -60,6 +60,7 @@ def test_a_deny_with_one_edited_call_runs_that_call_and_says_so_first(inbox: Inb
     assert "send_note (call 2): approved with edits" in timeline.inner_text()
     assert timeline.locator("ul.changes li").inner_text() == "amount: 2 → 5"
     assert "ann signed in via inbox" in timeline.inner_text()
+    assert page.locator("#decided-by").inner_text() == "last decided by ann"
     inbox.shot(page, "inbox-run-decided.png")
 
 
