@@ -214,6 +214,9 @@ def test_bulk_decisions_are_one_per_run_and_only_for_one_kind(api: Api) -> None:
     assert all(api.service.get_run(r).status.value == "queued" for r in runs)
     again = api.client.post("/inbox/bulk", data=form)
     assert again.text.count("already recorded; nothing changed") == 2
+    ghost = {"csrf": token, "action": "approve", "run.00000000-0000-4000-8000-000000000000": "on"}
+    unknown = api.client.post("/inbox/bulk", data=ghost)
+    assert unknown.status_code == 422 and "no run has id" in unknown.text
     deny = {
         "csrf": token,
         "action": "deny",

@@ -169,7 +169,9 @@ def _bulk_refusal(
     for run_id in chosen:
         try:
             kinds.add(_kind(service, service.get_run(run_id)))
-        except (UnknownRunError, StateError):
+        except UnknownRunError:
+            return f"no run has id {run_id!r}"
+        except StateError:
             kinds.add(("?", ()))
     return None if len(kinds) == 1 else "select runs of one agent waiting on the same tools"
 
