@@ -62,6 +62,10 @@ def test_a_deny_with_one_edited_call_runs_that_call_and_says_so_first(inbox: Inb
     assert "ann signed in via inbox" in timeline.inner_text()
     assert page.locator("#decided-by").inner_text() == "last decided by ann"
     inbox.shot(page, "inbox-run-decided.png")
+    phone = inbox.page(**PHONE)
+    phone.goto(f"{inbox.base}/inbox/runs/{run_id}")
+    assert cut_off(phone, "table.timeline td") == [] and cut_off(phone, ".transcript li") == []
+    assert phone.locator("table.timeline ul.changes li").is_visible()
 
 
 def cut_off(page: Any, selector: str) -> list[str]:
