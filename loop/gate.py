@@ -84,6 +84,13 @@ def resolve(
     return resolved
 
 
+def denial(name: str, source: DecisionSource, reason: str) -> str:
+    """What the model is told of a denied call (its tool result)."""
+    by = "the approval policy" if source == "policy" else "the operator"
+    message = f'Error: tool "{name}" was denied by {by}.'
+    return f"{message} Reason: {reason}" if reason else message
+
+
 def acts(call: PendingCall) -> bool:
     """The call will run a tool that acts on the world: a policy approved it."""
     return isinstance(call.preset, Approve) and call.preset_source == "policy"

@@ -24,7 +24,7 @@ from loop.events import (
     Suspended,
     ToolExecuted,
 )
-from loop.gate import acts, classify, preset_source, resolve
+from loop.gate import acts, classify, denial, preset_source, resolve
 from loop.messages import (
     AssistantMessage,
     JsonObject,
@@ -275,10 +275,8 @@ class ToolLoop:
             return self._record_failure(run, call, message)
         match decision:
             case Deny(reason=reason):
-                by = "the approval policy" if source == "policy" else "the operator"
-                message = f'Error: tool "{call.name}" was denied by {by}.'
                 return ToolResultMessage(
-                    call.id, call.name, f"{message} Reason: {reason}" if reason else message, True
+                    call.id, call.name, denial(call.name, source, reason), True
                 )
             case Edit(arguments=arguments):
                 return self._execute(run, call.id, tool, arguments)

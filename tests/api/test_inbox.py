@@ -114,7 +114,7 @@ def test_a_run_page_shows_the_turn_and_escapes_what_the_model_wrote(api: Api) ->
     html = run_page(api, run_id)
     assert HOSTILE_BODY not in html and "<script>document" not in html
     assert "&lt;script&gt;document.title=" in html
-    assert "send_note" in html and "asks" in html and "any approver" in html
+    assert "send_note" in html and "Needs a person" in html and "any approver" in html
     assert "Transcript up to the turn" in html and "Timeline" in html
 
 
@@ -201,11 +201,32 @@ def test_bulk_decisions_are_one_per_run_and_only_for_one_kind(api: Api) -> None:
     assert refused.status_code == 422 and "one agent" in refused.text
     form = {"csrf": token, "action": "approve"}
     form |= {f"run.{r}": "on" for r in runs} | {f"digest.{r}": digests[r] for r in runs}
+    asked = api.client.post("/inbox/bulk", data=form)  # first, what it will do
+    assert asked.status_code == 200 and "Yes, approve 2 runs" in asked.text
+    assert asked.text.count("send_note(to=ops@example.com, amount=12") == 2
+    assert all(api.service.get_run(r).status.value == "waiting_for_approval" for r in runs)
+    form["confirmed"] = "yes"
+    assert dict(re.findall(r'name="(digest\.[^"]+)" value="([0-9a-f]{64})"', asked.text)) == {
+        f"digest.{r}": digests[r] for r in runs
+    }
     done = api.client.post("/inbox/bulk", data=form)
     assert done.status_code == 200 and done.text.count("Decision recorded") == 2
     assert all(api.service.get_run(r).status.value == "queued" for r in runs)
     again = api.client.post("/inbox/bulk", data=form)
     assert again.text.count("already recorded; nothing changed") == 2
+    ghost = {"csrf": token, "action": "approve", "run.00000000-0000-4000-8000-000000000000": "on"}
+    unknown = api.client.post("/inbox/bulk", data=ghost)
+    assert unknown.status_code == 422 and "no run has id" in unknown.text
+    deny = {
+        "csrf": token,
+        "action": "deny",
+        f"run.{other}": "on",
+        f"digest.{other}": digests[other],
+    }
+    assert api.client.post("/inbox/bulk", data=deny).status_code == 422  # no reason
+    asked = api.client.post("/inbox/bulk", data={**deny, "reason": "not today"})
+    assert "Deny this run?" in asked.text and "the model is told: <q>not today</q>" in asked.text
+    assert api.service.get_run(other).status.value == "waiting_for_approval"
 
 
 def test_a_token_sign_in_decides_with_its_roles(api: Api, issuer: Issuer) -> None:
@@ -378,6 +399,7 @@ def test_an_approver_withdraws_their_approval_from_the_run_page(api: Api, issuer
     run_id = api.waiting("four_eyes")["id"]
     sign_in(api, token=issuer.token("tess", ["treasury"]))
     assert 'id="withdraw"' not in run_page(api, run_id)
+    assert "Nothing runs yet: this approval counts toward the 2 distinct" in run_page(api, run_id)
     approved = decide(api, run_id)
     assert approved.status_code == 303 and "notice=partial" in approved.headers["location"]
     html = run_page(api, run_id)
@@ -389,3 +411,100 @@ def test_an_approver_withdraws_their_approval_from_the_run_page(api: Api, issuer
     assert "Your approval is withdrawn" in api.client.get(taken.headers["location"]).text
     assert digest is not None and api.service.store.decisions.approvals(run_id, digest) == []
     assert 'id="withdraw"' not in run_page(api, run_id)
+
+
+def outcomes(html: str) -> dict[str, list[str]]:
+    """The calls the page's "what will happen" lists as running and as denied."""
+    found: dict[str, list[str]] = {"run": [], "deny": []}
+    for kind, call in re.findall(r'data-outcome="(run|deny)" data-call="([^"]+)"', html):
+        found[kind].append(call)
+    return found
+
+
+def test_the_page_says_what_will_run_before_it_is_sent_and_that_is_what_runs(api: Api) -> None:
+    run_id = api.waiting("two_notes")["id"]
+    sign_in(api)
+    html = run_page(api, run_id)
+    assert outcomes(html) == {"run": ["call_0_0", "call_0_1"], "deny": []}
+    assert "overrides the whole turn" in html
+    digest = re.search(r'name="turn_digest" value="([0-9a-f]{64})"', html)
+    assert digest is not None
+    form = {
+        "csrf": csrf(html),
+        "turn_digest": digest.group(1),
+        "decision": "deny",
+        "reason": "not now",
+        "call.call_0_1": "edit",
+        "edit.call_0_1.to": "b@example.com",
+        "edit.call_0_1.amount": "3",
+        "edit.call_0_1.body": "second",
+    }
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=form)
+    assert preview.status_code == 200
+    assert outcomes(preview.text) == {"run": ["call_0_1"], "deny": ["call_0_0"]}
+    assert "with your edits" in preview.text and "this call&#39;s own choice" in preview.text
+    told = "Error: tool &#34;send_note&#34; was denied by the operator. Reason: not now"
+    assert told in preview.text
+    refused = api.client.post(
+        f"/inbox/runs/{run_id}/preview", data={**form, "edit.call_0_1.amount": "x"}
+    )
+    assert "would be refused: amount: must be a whole number" in refused.text
+    checked = api.client.post(f"/inbox/runs/{run_id}/decide", data={**form, "check": "1"})
+    assert checked.status_code == 200  # without script: the page again, with its summary
+    assert outcomes(checked.text) == {"run": ["call_0_1"], "deny": ["call_0_0"]}
+    forged = api.client.post(f"/inbox/runs/{run_id}/preview", data={**form, "csrf": "x"})
+    assert forged.status_code == 403
+    stale = api.client.post(f"/inbox/runs/{run_id}/preview", data={**form, "turn_digest": "0" * 64})
+    assert "already decided" in stale.text
+    assert api.service.get_run(run_id).status.value == "waiting_for_approval"  # nothing sent
+
+    answer = api.client.post(f"/inbox/runs/{run_id}/decide", data=form, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    api.segment(run_id)
+    tools = [e.payload for e in api.service.events(run_id) if e.kind == "tool"]
+    assert [(t["call_id"], t["arguments"]) for t in tools] == [
+        ("call_0_1", {"to": "b@example.com", "amount": 3, "body": "second"})
+    ]
+    page = api.client.get(f"/inbox/runs/{run_id}", params={"notice": "recorded"}).text
+    assert api.service.get_run(run_id).status.value == "completed"
+    assert "resumes" not in page and "The run has since finished: completed" in page
+    assert (
+        '<h2 id="transcript-title">Transcript</h2>' in page and "noted 3 for b@example.com" in page
+    )
+    assert "was denied by the operator. Reason: not now" in page  # what the model was told
+    timeline = page[page.index('<table class="timeline') :]
+    assert "the whole turn denied; send_note (call 2): approved with edits" in timeline
+    assert "<code>amount</code>: <del>2</del> → <ins>3</ins>" in timeline
+    assert '<td data-label="Who">ann <small>signed in via inbox' in timeline
+    assert "{&#34;" not in timeline and "call_0_1" not in timeline  # no raw JSON, no ids
+
+
+def test_a_queue_row_says_what_is_asked_and_the_recent_view_who_decided(api: Api) -> None:
+    waiting = api.create("notes", metadata={"ticket": "T-4711"})["id"]
+    api.segment(waiting)
+    decided = api.waiting("two_notes")["id"]
+    sign_in(api)
+    html = api.client.get("/inbox").text
+    row = html[html.index(f'data-run="{waiting}"') :]
+    row = row[: row.index("</tr>")]
+    assert "send_note(to=ops@example.com, amount=12, body=&lt;script&gt;" in row
+    assert "mail 42" in row and "ticket=T-4711" in row
+    assert "waiting for a decision" in row and "waiting_for_approval" not in row.split('"')[-1]
+    assert "<h1>What waits for a decision</h1>" in html and "Approve selected" in html
+    assert decide(api, decided).status_code == 303
+    recent = api.client.get("/inbox", params={"status": "recent"}).text
+    assert "<h1>Recently decided or finished</h1>" in recent
+    assert "Approve selected" not in recent and 'type="checkbox"' not in recent
+    row = recent[recent.index(f'data-run="{decided}"') :]
+    row = row[: row.index("</tr>")]
+    assert '<td data-label="Calls">2</td>' in row
+    assert "approved by <strong>ann</strong>" in row and ">queued<" in row
+
+
+def test_the_sign_in_says_where_the_token_comes_from_and_a_favicon_is_served(api: Api) -> None:
+    login = api.client.get("/inbox/login").text
+    intro = login.index("Approvers sign in here")
+    assert intro < login.index("in with the API token") < login.index("AIRLOCK_API_TOKEN")
+    icon = api.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg")

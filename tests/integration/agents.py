@@ -183,6 +183,27 @@ AGENTS = [
         tools=[send_note],
     ),
     Agent(
+        name="two_notes",
+        model=ScriptedModel(
+            [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "send_note",
+                            "arguments": {"to": "a@example.com", "amount": 1, "body": "first"},
+                        },
+                        {
+                            "name": "send_note",
+                            "arguments": {"to": "b@example.com", "amount": 2, "body": "second"},
+                        },
+                    ]
+                },
+                {"content": "done"},
+            ]
+        ),
+        tools=[send_note],
+    ),
+    Agent(
         name="self_service",
         model=ScriptedModel(one_call("pay", invoice="INV-8")),
         tools=[pay],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -13,17 +12,18 @@ from urllib.parse import urlencode, urlsplit
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from pydantic import JsonValue
 
 from loop import Agent, DecisionError, StateError
 from persistence.domain import Run, RunStatus
-from persistence.store import BadCursorError, UnknownRunError, parse_run_id
+from persistence.store import UnknownRunError
 from workers.http.auth import Authenticator
+from workers.http.inbox import queue, story
 from workers.http.inbox.forms import Field, FormError, decision_of, fields_of
-from workers.http.inbox.present import NOTICES, STALE, ago, explained, message, timeline, until
+from workers.http.inbox.outcome import Summary, summary
+from workers.http.inbox.present import NOTICES, STALE, explained, message
+from workers.http.inbox.queue import STATUS_WORDS
 from workers.http.problems import ProblemError
-from workers.service import ConflictError, DecisionResult, Service
-from workers.service.decisions import DecisionBody
+from workers.service import ConflictError, Service
 from workers.service.principals import ForbiddenError, Principal, check_name
 from workers.service.sessions import COOKIE, Session, Sessions, csrf_ok
 from workers.service.views import event_view, pending_view
@@ -57,6 +57,7 @@ class Inbox:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.templates.globals["STATUS_WORDS"] = STATUS_WORDS
         self.templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 
     # -- plumbing ----------------------------------------------------------------------
@@ -126,69 +127,11 @@ class Inbox:
     # -- the queue -------------------------------------------------------------------------
 
     def queue(self, params: Mapping[str, str], session: Session) -> dict[str, Any]:
-        status = params.get("status") or "waiting"
-        status = status if status in STATUSES else "waiting"
-        agent = params.get("agent") or None
-        tool = params.get("tool") or None
-        search = (params.get("q") or "").strip()
-        cursor = params.get("cursor") or None
-        error = None
-        runs: list[Run] = []
-        next_cursor = None
-        if search and parse_run_id(search) is not None:
-            try:
-                runs = [self.service.get_run(search)]
-            except UnknownRunError:
-                runs = []
-        else:
-            moved_on = tuple(s for s in RunStatus if s is not RunStatus.WAITING_FOR_APPROVAL)
-            try:
-                page = self.service.list_runs(
-                    status=RunStatus.WAITING_FOR_APPROVAL if status == "waiting" else None,
-                    statuses=moved_on if status == "recent" else (),
-                    agent=agent,
-                    limit=PAGE,
-                    cursor=cursor,
-                    oldest_first=status == "waiting",
-                    metadata_contains=search or None,
-                )
-                runs, next_cursor = list(page.runs), page.next_cursor
-            except BadCursorError as exc:
-                error = str(exc)
-        rows = [self.row(r) for r in runs]
-        if tool:  # the calls are in the (sealed) checkpoint: filtered on the page read
-            rows = [r for r in rows if tool in r["tools"]]
-        filters = {"status": status, "agent": agent or "", "tool": tool or "", "q": search}
-        more = urlencode({**filters, "cursor": next_cursor}) if next_cursor else None
-        return {
-            "session": session,
-            "rows": rows,
-            "filters": filters,
-            "statuses": STATUSES,
-            "agents": self.service.registry.names,
-            "more": more,
-            "query": urlencode(filters),
-            "error": error,
-        }
+        return queue.queue(self.service, params, session)
 
-    def row(self, run: Run) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        pending = pending_view(self.service, run)
-        found = pending.get("calls") if isinstance(pending, dict) else None
-        calls: list[Any] = found if isinstance(found, list) else []
-        return {
-            "id": run.id,
-            "agent": run.agent,
-            "status": run.status.value,
-            "requested_by": run.requested_by,
-            "waiting": ago(now, run.suspended_at) if pending else None,
-            "expires": until(now, run.expires_at) if pending else None,
-            "calls": len(calls),
-            "tools": sorted({c["name"] for c in calls if c.get("requires_approval")}),
-            "digest": run.turn_digest,
-            "metadata": run.metadata,
-            "created": run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-        }
+    def bulk(self, form: Mapping[str, str], session: Session) -> Response:
+        status, context = queue.bulk(self.service, form, session)
+        return self.page("bulk.html", status, **context)
 
     # -- a run -------------------------------------------------------------------------------
 
@@ -213,12 +156,17 @@ class Inbox:
             state = self.service.pending(run)
         except StateError:
             state = None
+        agent = self.agent(run)
         if state is not None:
-            agent = self.agent(run)
             transcript = [message(m) for m in state.transcript]
             for call in state.pending_calls:
                 forms[call.id] = fields_of(agent, call)
+        shown = (
+            summary(agent, state, {"decision": "approve", **(form or {})}, forms) if state else None
+        )
         events = [event_view(e) for e in self.service.events(run.id)]
+        if state is None:  # the checkpoint is the turn's; a run that moved on has its events
+            transcript = story.transcript(events)
         approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
         return self.page(
             "run.html",
@@ -229,11 +177,25 @@ class Inbox:
             approved=approved,
             transcript=transcript,
             forms=forms,
-            events=[timeline(e) for e in events],
-            notice=NOTICES.get(notice or ""),
+            events=story.timeline(events),
+            notice=_notice(notice, run),
             error=error,
             form=form or {},
+            summary=shown,
         )
+
+    def preview(self, run_id: str, form: Mapping[str, str], session: Session) -> HTMLResponse:
+        """The run page's "what will happen" for the decision its form holds now."""
+        try:
+            run = self.service.get_run(run_id)
+            state = self.service.pending(run)
+        except (UnknownRunError, StateError) as exc:
+            return self.page("summary.html", summary=Summary(error=str(exc)))
+        if state is None or run.turn_digest != form.get("turn_digest"):
+            return self.page("summary.html", summary=Summary(error=STALE))
+        agent = self.agent(run)
+        forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
+        return self.page("summary.html", summary=summary(agent, state, form, forms))
 
     def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
         try:
@@ -245,6 +207,8 @@ class Inbox:
             return self.run_page(run_id, session, error=str(exc), status=409)
         if state is None or run.turn_digest != form.get("turn_digest"):
             return self.run_page(run_id, session, error=STALE, status=409)
+        if form.get("check"):  # without script: the page again, saying what this form does
+            return self.run_page(run_id, session, form=form)
         agent = self.agent(run)
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
         try:
@@ -265,67 +229,15 @@ class Inbox:
         registry = self.service.registry
         return registry.get(run.agent) if run.agent in registry else None
 
-    # -- bulk ------------------------------------------------------------------------------
 
-    def bulk(self, form: Mapping[str, str], session: Session) -> Response:
-        chosen = [k.removeprefix("run.") for k in form if k.startswith("run.")]
-        action = form.get("action")
-        reason = (form.get("reason") or "").strip() or None
-        results: list[dict[str, Any]] = []
-        error = None
-        if action not in ("approve", "deny"):
-            error = "choose approve or deny"
-        elif action == "deny" and reason is None:
-            error = "a deny needs a reason: the model is told"
-        elif not chosen:
-            error = "select at least one run"
-        else:
-            kinds = set()
-            for run_id in chosen:
-                try:
-                    kinds.add(self.kind(self.service.get_run(run_id)))
-                except (UnknownRunError, StateError):
-                    kinds.add(("?", ()))
-            if len(kinds) != 1:
-                error = "select runs of one agent waiting on the same tools"
-        if error is None:
-            for run_id in chosen:
-                results.append(self.decide_one(run_id, form, session, action or "", reason))
-        return self.page(
-            "bulk.html", 422 if error else 200, session=session, results=results, error=error
-        )
-
-    def kind(self, run: Run) -> tuple[str, tuple[str, ...]]:
-        state = self.service.pending(run)
-        tools = (
-            tuple(sorted({c.name for c in state.pending_calls if c.requires_approval}))
-            if state
-            else ()
-        )
-        return run.agent, tools
-
-    def decide_one(
-        self,
-        run_id: str,
-        form: Mapping[str, str],
-        session: Session,
-        action: str,
-        reason: str | None,
-    ) -> dict[str, Any]:
-        """One run of a bulk decision: its own decision, on the turn the page showed."""
-        digest = form.get(f"digest.{run_id}") or ""
-        body: dict[str, JsonValue] = {"turn_digest": digest, "decision": action, "reason": reason}
-        try:
-            result: DecisionResult = self.service.record_decision(
-                run_id, DecisionBody.model_validate(body), session.principal, sign_in=session.id
-            )
-            return {
-                "run_id": run_id,
-                "ok": True,
-                "outcome": NOTICES.get(result.result, result.result),
-            }
-        except (UnknownRunError, ConflictError, ForbiddenError, DecisionError, ValueError) as exc:
-            return {"run_id": run_id, "ok": False, "outcome": explained(exc)}
+def _notice(notice: str | None, run: Run) -> str | None:
+    """A decision's notice, as true of the run now: one that finished since does not
+    "resume"."""
+    if notice == "recorded" and run.status.terminal:
+        return f"Decision recorded. The run has since finished: {STATUS_WORDS[run.status.value]}."
+    if notice == "recorded" and run.status is RunStatus.WAITING_FOR_APPROVAL:
+        return "Decision recorded. The run went on and waits for a decision again."
+    return NOTICES.get(notice or "")
 
 
 def _operator(name: str) -> Principal:

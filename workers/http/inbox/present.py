@@ -3,10 +3,10 @@ timeline's events, and a refusal in plain words."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
-
-from workers.service.views import event_summary
 
 
 def explained(exc: Exception) -> str:
@@ -60,8 +60,22 @@ def message(message: Any) -> dict[str, Any]:
     }
 
 
-def timeline(event: dict[str, Any]) -> dict[str, Any]:
-    payload = event["payload"] if isinstance(event["payload"], dict) else {}
-    who = payload.get("principal") or payload.get("approver") or payload.get("by")
-    auth = payload.get("auth") if isinstance(payload.get("auth"), dict) else None
-    return {**event, "who": who, "auth": auth, "summary": event_summary(event["kind"], payload)}
+def line(values: Mapping[str, Any], most: int = 4, width: int = 40) -> str:
+    """A mapping in a line, ``key=value`` each, long values cut at a word with "…"."""
+    shown = [
+        f"{k}={clip(v if isinstance(v, str) else json.dumps(v), width)}" for k, v in values.items()
+    ]
+    extra = len(values) - most
+    return ", ".join(shown[:most]) + (f", and {extra} more" if extra > 0 else "")
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``width`` characters."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[: width - 1]
+    space = cut.rfind(" ")
+    if flat[width - 1] != " " and space > width // 2:  # cut mid-word: back to its start
+        cut = cut[:space]
+    return cut.rstrip(",;: ") + "…"

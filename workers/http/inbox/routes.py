@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from workers.http.inbox.pages import HEADERS, Inbox
+from workers.http.inbox.pages import HEADERS, HERE, Inbox
 from workers.http.problems import ProblemError
 from workers.service.sessions import COOKIE, ThrottledError
 
@@ -20,6 +20,12 @@ def router(inbox: Inbox) -> APIRouter:
 
 
 def _sign_in(router: APIRouter, inbox: Inbox) -> None:
+    @router.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        icon = (HERE / "static" / "favicon.svg").read_bytes()
+        cache = {**HEADERS, "Cache-Control": "public, max-age=86400"}
+        return Response(icon, media_type="image/svg+xml", headers=cache)
+
     @router.get("/inbox/login", include_in_schema=False)
     def login_page(request: Request) -> Response:
         return inbox.page("login.html", **inbox.login_context())
@@ -91,6 +97,14 @@ def _pages(router: APIRouter, inbox: Inbox) -> None:
             return inbox.to_login()
         form = await inbox.form(request, session)
         return await run_in_threadpool(inbox.decide, run_id, form, session)
+
+    @router.post("/inbox/runs/{run_id}/preview", include_in_schema=False)
+    async def preview(run_id: str, request: Request) -> Response:
+        session = await run_in_threadpool(inbox.session, request)
+        if session is None:
+            return Response(status_code=401, headers=HEADERS)
+        form = await inbox.form(request, session)
+        return await run_in_threadpool(inbox.preview, run_id, form, session)
 
     @router.post("/inbox/bulk", include_in_schema=False)
     async def bulk(request: Request) -> Response:
