@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop.policy.paths import Missing, declared_types, fits, json_type, lookup
+from loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
 from loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
 from loop.policy.verdicts import NO_RULE, Judgement, strictest
 
@@ -40,7 +40,7 @@ _ORDER: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-class Unjudgeable(Exception):  # noqa: N818 - an outcome, caught below
+class _Unjudgeable(Exception):  # noqa: N818 - an outcome, caught below
     """A condition could not be decided (a missing or mistyped argument)."""
 
 
@@ -80,7 +80,7 @@ def _layer(
     for rule in rules:
         try:
             why = skipped(rule, facts)
-        except Unjudgeable as exc:
+        except _Unjudgeable as exc:
             steps.append(Step(rule, "error", str(exc)))
             return _closed(policy, rule.name, f'rule "{rule.name}": {exc}'), steps
         except Exception as exc:  # a bug must not let a call through: fail closed
@@ -112,7 +112,7 @@ def _verdict(policy: Policy, rule: Rule) -> Judgement:
 
 
 def skipped(rule: Rule, facts: CallFacts) -> str | None:
-    """Why the rule does not match the call (None: it matches). Raises ``Unjudgeable``."""
+    """Why the rule does not match the call (None: it matches). Raises ``_Unjudgeable``."""
     if rule.agents is not None and not any(fnmatchcase(facts.agent, a) for a in rule.agents):
         return f"agent {facts.agent!r} is not {_listed(rule.agents)}"
     if not any(fnmatchcase(facts.tool, t) for t in rule.tools):
@@ -136,14 +136,14 @@ def _listed(values: tuple[str, ...]) -> str:
 
 def holds(predicate: Predicate, facts: CallFacts) -> bool:
     """Whether the condition holds of the call's arguments, each value judged by the
-    JSON type the tool's schema declares. Raises ``Unjudgeable``."""
+    JSON type the tool's schema declares. Raises ``_Unjudgeable``."""
     try:
         value = lookup(facts.arguments, predicate.parts)
-    except Missing as exc:
-        raise Unjudgeable(f"argument {predicate.path} is missing") from exc
+    except MissingArgumentError as exc:
+        raise _Unjudgeable(f"argument {predicate.path} is missing") from exc
     declared = declared_types(facts.schema, predicate.parts)
     if declared and not fits(value, declared):
-        raise Unjudgeable(
+        raise _Unjudgeable(
             f"argument {predicate.path} is a {json_type(value)}, "
             f"but the tool declares {' or '.join(sorted(declared))}"
         )
@@ -154,18 +154,18 @@ def _compare(predicate: Predicate, value: JsonValue) -> bool:
     op, expected = predicate.op, predicate.value
     if op in NUMERIC:
         if json_type(value) not in ("integer", "number"):
-            raise Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a number")
+            raise _Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a number")
         assert isinstance(value, int | float) and isinstance(expected, int | float)
         return _ORDER[op](value, expected)
     if op in ("prefix", "regex"):
         if not isinstance(value, str):
-            raise Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a string")
+            raise _Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a string")
         if op == "prefix":
             return isinstance(expected, str) and value.startswith(expected)
         assert predicate.pattern is not None
         return re.search(predicate.pattern, value) is not None
     if json_type(value) == "non-finite number":
-        raise Unjudgeable(f"argument {predicate.path} is not a finite number")
+        raise _Unjudgeable(f"argument {predicate.path} is not a finite number")
     if op == "in":
         return isinstance(expected, list) and any(same(value, e) for e in expected)
     return same(value, expected) == (op == "==")

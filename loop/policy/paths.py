@@ -9,10 +9,12 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
+from loop.errors import AirlockError
+
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
 
 
-class Missing(Exception):  # noqa: N818 - an outcome, caught by the evaluator
+class MissingArgumentError(AirlockError):
     """The path leads nowhere in the arguments."""
 
 
@@ -36,7 +38,7 @@ def parse_path(path: object) -> tuple[str | int, ...]:
 
 
 def lookup(arguments: Mapping[str, JsonValue], parts: tuple[str | int, ...]) -> JsonValue:
-    """The value at ``parts``; raises ``Missing``."""
+    """The value at ``parts``; raises ``MissingArgumentError``."""
     node: JsonValue = dict(arguments)
     for part in parts:
         if isinstance(part, str) and isinstance(node, dict) and part in node:
@@ -45,7 +47,7 @@ def lookup(arguments: Mapping[str, JsonValue], parts: tuple[str | int, ...]) -> 
         if isinstance(part, int) and isinstance(node, list) and part < len(node):
             node = node[part]
             continue
-        raise Missing(".".join(str(p) for p in parts))
+        raise MissingArgumentError(".".join(str(p) for p in parts))
     return node
 
 
