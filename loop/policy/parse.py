@@ -42,7 +42,8 @@ def parse_policy(text: str) -> Policy:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"at line (\d+)", str(exc))
-        raise PolicyError(int(found.group(1)) if found else 0, str(exc)) from exc
+        line = int(found.group(1)) if found else max(1, len(text.splitlines()))
+        raise PolicyError(line, str(exc)) from exc
     where = Locator(text)
     unknown = sorted(set(raw) - {"version", "rules", "agents"})
     if unknown:
