@@ -35,9 +35,9 @@ def test_a_bad_file_refuses_to_start_naming_the_variable_and_the_line(
     with pytest.raises(ConfigurationError, match=r"AIRLOCK_POLICY: .*line 4: op '~'"):
         load_settings()
     monkeypatch.setenv("AIRLOCK_POLICY", str(tmp_path / "missing.toml"))
-    with pytest.raises(ConfigurationError, match="AIRLOCK_POLICY: .*cannot be read"):
+    with pytest.raises(ConfigurationError, match=r"AIRLOCK_POLICY: .*cannot be read"):
         load_settings()
-    with pytest.raises(PolicyFileError, match="AIRLOCK_POLICY_SHADOW: .*line 4"):
+    with pytest.raises(PolicyFileError, match=r"AIRLOCK_POLICY_SHADOW: .*line 4"):
         PolicyHolder.load(None, path)
 
 
