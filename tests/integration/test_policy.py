@@ -105,6 +105,9 @@ def test_a_large_refund_waits_for_two_support_leads_and_a_reload_changes_nothing
     assert approve(deployment, run_id, lead("lars")) == "recorded"
     run = deployment.wait_status(run_id, RunStatus.COMPLETED)
     assert run.output == "the tool said: refunded 25000 cents on order 17"
+    decided: Any = [e.payload for e in deployment.service.events(run_id) if e.kind == "decision"]
+    assert decided[0]["policy"]["call_0_0"]["rule"] == "refund-over-100-needs-two-leads"
+    assert decided[0]["approved_by"] == ["lena", "lars"]
     assert deployment.executions()[f"refund {run_id}:call_0_0"] == 1
 
     # a new run is judged by the reloaded file

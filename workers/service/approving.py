@@ -150,6 +150,7 @@ class Approvals:
             "roles": list(roles),
             "covered_calls": list(authority.covered) if authority else [],
             **({"effect": authority.effect} if authority else {}),
+            **({"policy": authority.policy} if authority and authority.policy else {}),
             **stored,
         }
 

@@ -142,6 +142,8 @@ class Authority:
     """What the decision does to each covered call, whatever its wording: ``deny``, or
     ``{"approve": <the arguments it runs with>}``. Approvals toward a quorum count
     together when their effects are equal."""
+    policy: dict[str, JsonValue] = field(default_factory=dict)
+    """Per covered call the policy file judged: the rule and the file's sha256."""
 
 
 def approval_of(agent: Agent, call: PendingCall) -> tuple[tuple[tuple[str, ...], ...], int]:
@@ -191,6 +193,11 @@ def authorise(
     quorum = 1
     approves = False
     effect: dict[str, JsonValue] = {}
+    judged: dict[str, JsonValue] = {
+        call.id: {"rule": call.policy.rule, "sha256": call.policy.sha256}
+        for call, _ in covered
+        if call.policy is not None
+    }
     for call, decision in covered:
         sets, needed = approval_of(agent, call)
         if not all(principal.holds_any(roles) for roles in sets):
@@ -211,6 +218,7 @@ def authorise(
         quorum=quorum,
         roles=sorted(used),
         effect=effect,
+        policy=judged,
     )
 
 
