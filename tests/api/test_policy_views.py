@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,13 @@ def test_a_policy_verdict_is_recorded_in_the_events(api: Api) -> None:
     decisions = [e["payload"] for e in events["events"] if e["kind"] == "decision"]
     assert [(d["source"], d["rule"]) for d in decisions] == [("policy", "refund-up-to-100-runs")]
     assert all(len(d["policy_sha256"]) == 64 for d in decisions)
+
+
+def test_the_rules_expiry_sets_when_the_approval_expires(api: Api) -> None:
+    view = api.waiting("refund_large")  # the agent sets no approval_ttl; the rule says 8h
+    pending = view["pending"]
+    waited = datetime.fromisoformat(pending["expires_at"]) - datetime.fromisoformat(
+        pending["suspended_at"]
+    )
+    # both read the clock at suspension, a moment apart: 8 h, not the 0 of no expiry
+    assert abs(waited - timedelta(hours=8)) < timedelta(minutes=1)
