@@ -67,3 +67,8 @@ def test_no_file_judges_nothing() -> None:
     holder = PolicyHolder.load(None)
     assert not holder.configured
     assert holder.for_run("alice", {}) is None
+
+
+def test_an_empty_variable_names_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRLOCK_POLICY", "")
+    assert load_settings().policy is None

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"each entry must be module:attribute, got {path!r}")
         return value
 
+    @field_validator("policy", "policy_shadow", mode="before")
+    @classmethod
+    def _no_policy(cls, value: object) -> object:
+        return None if value == "" else value  # an empty variable names no file
+
     @field_validator("policy", "policy_shadow")
     @classmethod
     def _policy(cls, value: Path | None) -> Path | None:
