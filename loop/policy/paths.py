@@ -74,7 +74,7 @@ def fits(value: JsonValue, declared: frozenset[str]) -> bool:
         return True
     if kind == "integer" and "number" in declared:
         return True
-    return kind == "number" and "integer" in declared and float(str(value)).is_integer()
+    return isinstance(value, float) and "integer" in declared and value.is_integer()
 
 
 def declared_types(schema: Mapping[str, JsonValue], parts: tuple[str | int, ...]) -> frozenset[str]:
