@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal, Protocol, TypeAlias
 
 from pydantic import Field, JsonValue, TypeAdapter
 
 from loop.messages import JsonObject, ToolCall, Usage
+from loop.policy.verdicts import Judgement
 from loop.results import Outcome, Termination
 from loop.state import PendingCall
 
@@ -55,6 +57,17 @@ class Suspended:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyShadowed:
+    """What the shadow policy file would have decided of a gated call (not enforced)."""
+
+    call_id: str
+    name: str
+    judgement: Judgement
+    run_id: str = ""
+    kind: Literal["policy_shadow"] = "policy_shadow"
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionApplied:
     run_id: str
     turn_digest: str
@@ -65,6 +78,9 @@ class DecisionApplied:
     reason: str | None = None
     arguments: JsonObject | None = None
     approver: str | None = None
+    rule: str | None = None
+    """The policy file's rule that judged the call, and the file's sha256."""
+    policy_sha256: str | None = None
     kind: Literal["decision"] = "decision"
 
 
@@ -88,7 +104,14 @@ class Finished:
 
 
 LoopEvent: TypeAlias = Annotated[
-    RunStarted | ModelCalled | ToolExecuted | Suspended | DecisionApplied | Resumed | Finished,
+    RunStarted
+    | ModelCalled
+    | ToolExecuted
+    | Suspended
+    | PolicyShadowed
+    | DecisionApplied
+    | Resumed
+    | Finished,
     Field(discriminator="kind"),
 ]
 
@@ -113,6 +136,28 @@ class _NoSink:
 
 
 NO_SINK: EventSink = _NoSink()
+
+
+class _CallableSink:
+    def __init__(self, receive: Callable[[LoopEvent], object]) -> None:
+        self._receive = receive
+
+    def emit(self, event: LoopEvent) -> None:
+        self._receive(event)
+
+
+def as_sink(
+    events: EventSink | Callable[[LoopEvent], object] | list[LoopEvent] | None,
+) -> EventSink:
+    """A sink is anything with ``emit(event)``; a plain callable or a list also does."""
+    if events is None:
+        return NO_SINK
+    if isinstance(events, list):
+        return _CallableSink(events.append)
+    if hasattr(events, "emit"):
+        return events
+    return _CallableSink(events)
+
 
 _EVENT_ADAPTER: TypeAdapter[LoopEvent] = TypeAdapter(LoopEvent)
 

@@ -5,16 +5,23 @@ verdict is final, a person decides only the calls that asked."""
 from __future__ import annotations
 
 from loop.agent import Agent
-from loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit
+from loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit, PolicyVerdict
 from loop.errors import AirlockError, DecisionError, ToolArgumentsError
-from loop.events import DecisionSource
-from loop.messages import ToolCall
-from loop.state import PendingCall, SuspendedRunState
-from loop.tools import requires_approval
+from loop.events import DecisionSource, PolicyShadowed
+from loop.messages import JsonObject, ToolCall
+from loop.policy.evaluate import CallFacts
+from loop.policy.run import RunPolicy
+from loop.policy.verdicts import Judgement, Verdict, strictest
+from loop.state import PendingCall, PresetSource, SuspendedRunState
+from loop.tools import Tool, requires_approval
+
+CODE_RULE = "(the agent's approval_policy)"
+"""The rule a judgement names when the agent's code was stricter than the file."""
 
 
-def classify(agent: Agent, call: ToolCall) -> PendingCall:
-    """Classify one call of a turn: which decision applies unless a person gives one."""
+def classify(agent: Agent, call: ToolCall, policy: RunPolicy | None = None) -> PendingCall:
+    """Classify one call of a turn: which decision applies unless a person gives one.
+    With a policy file, its judgement and the agent's code combine: the strictest wins."""
     if call.error is not None:
         return PendingCall(
             call.id, call.name, call.arguments, None, Approve(), "invalid_arguments", call.error
@@ -31,15 +38,64 @@ def classify(agent: Agent, call: ToolCall) -> PendingCall:
         return PendingCall(
             call.id, call.name, call.arguments, effect, Approve(), "invalid_arguments"
         )
-    if agent.approval_policy is None:
+    code = _code_verdict(agent, tool, validated)
+    judged = policy.judge(_facts(agent, tool, call, policy)) if policy else None
+    if judged is None:
+        if isinstance(code, Approve | Deny):
+            return PendingCall(call.id, call.name, call.arguments, effect, code, "policy")
         return PendingCall(call.id, call.name, call.arguments, effect)
-    match agent.approval_policy(tool, validated):
-        case Ask():
-            return PendingCall(call.id, call.name, call.arguments, effect)
-        case Approve() | Deny() as verdict:
-            return PendingCall(call.id, call.name, call.arguments, effect, verdict, "policy")
-        case other:
-            raise AirlockError(f"approval policy of agent {agent.name!r} returned {other!r}")
+    if code is not None:
+        judged = strictest(judged, _as_judgement(code, judged.sha256))
+    return _judged(call, effect, judged)
+
+
+def _code_verdict(agent: Agent, tool: Tool, validated: JsonObject) -> PolicyVerdict | None:
+    if agent.approval_policy is None:
+        return None
+    verdict = agent.approval_policy(tool, validated)
+    if not isinstance(verdict, Approve | Deny | Ask):
+        raise AirlockError(f"approval policy of agent {agent.name!r} returned {verdict!r}")
+    return verdict
+
+
+def _facts(agent: Agent, tool: Tool, call: ToolCall, policy: RunPolicy) -> CallFacts:
+    """What the file judges: the arguments as the model sent them (what the approver
+    sees and the digest binds), typed by the tool's schema."""
+    schema = tool.schema().parameters
+    return policy.facts(agent.name, tool.name, call.arguments, tool.effect.value, schema)
+
+
+def _as_judgement(code: PolicyVerdict, sha256: str) -> Judgement:
+    reason = code.reason if isinstance(code, Deny) else ""
+    verdict: Verdict = "allow" if isinstance(code, Approve) else code.kind
+    return Judgement(verdict, CODE_RULE, sha256, reason=reason)
+
+
+def _judged(call: ToolCall, effect: str, judged: Judgement) -> PendingCall:
+    preset: Approve | Deny | None = None
+    if judged.verdict == "allow":
+        preset = Approve()
+    elif judged.verdict == "deny":
+        preset = Deny(judged.reason)
+    source: PresetSource | None = "policy" if preset is not None else None
+    return PendingCall(call.id, call.name, call.arguments, effect, preset, source, policy=judged)
+
+
+def shadowed(
+    agent: Agent, calls: tuple[ToolCall, ...], policy: RunPolicy | None
+) -> list[PolicyShadowed]:
+    """What the shadow file would decide of each gated call (recorded, never enforced)."""
+    if policy is None or policy.shadow is None:
+        return []
+    found = []
+    for call in calls:
+        tool = agent.tool(call.name)
+        if call.error is None and tool is not None and requires_approval(tool):
+            facts = _facts(agent, tool, call, policy)
+            judged = policy.judge_shadow(facts)
+            assert judged is not None
+            found.append(PolicyShadowed(call.id, call.name, judged))
+    return found
 
 
 def preset_source(call: PendingCall) -> DecisionSource:
@@ -104,6 +160,10 @@ def by_policy(call: PendingCall) -> bool:
 def _check_edit(agent: Agent, call: PendingCall, decision: CallDecision) -> None:
     if not isinstance(decision, Edit):
         return
+    if call.policy is not None and not call.policy.edits:
+        raise DecisionError(
+            f'edit of call {call.id} refused: policy rule "{call.policy.rule}" allows no edits'
+        )
     tool = agent.tool(call.name)
     if tool is None:
         return  # settled as "no longer permitted"; nothing to validate against

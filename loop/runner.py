@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NoReturn, assert_never
 
 from loop.agent import Agent
 from loop.decisions import Approve, CallDecision, Decisions, Deny, Edit
 from loop.errors import ModelError, StateError, ToolArgumentsError
 from loop.events import (
-    NO_SINK,
     DecisionApplied,
     DecisionSource,
     EventSink,
@@ -23,8 +22,9 @@ from loop.events import (
     RunStarted,
     Suspended,
     ToolExecuted,
+    as_sink,
 )
-from loop.gate import acts, classify, denial, preset_source, resolve
+from loop.gate import acts, classify, denial, preset_source, resolve, shadowed
 from loop.messages import (
     AssistantMessage,
     JsonObject,
@@ -35,6 +35,7 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
+from loop.policy.run import RunPolicy
 from loop.results import LoopResult, Outcome, Termination, TraceEntry
 from loop.state import PendingCall, SuspendedRunState, turn_digest
 from loop.tools import Tool, ToolContext, render_result
@@ -117,8 +118,10 @@ class ToolLoop:
         write_ahead: WriteAhead | None = None,
         clock: Callable[[], float] = time.perf_counter,
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
+        policy: RunPolicy | None = None,
     ) -> None:
-        self._events = _as_sink(events)
+        self._events = as_sink(events)
+        self._policy = policy
         self._executor = executor
         self._write_ahead = write_ahead
         self._clock = clock
@@ -199,7 +202,9 @@ class ToolLoop:
                 for call in message.tool_calls:
                     run.transcript.append(_not_executed(call))
                 continue
-            pending = tuple(classify(run.agent, call) for call in message.tool_calls)
+            for shadow in shadowed(run.agent, message.tool_calls, self._policy):
+                self._events.emit(replace(shadow, run_id=run.run_id))
+            pending = tuple(classify(run.agent, c, self._policy) for c in message.tool_calls)
             if any(p.requires_approval for p in pending):
                 self._suspend(run, pending)
             digest = None  # only a policy's decision is told with the turn's digest
@@ -335,6 +340,8 @@ class ToolLoop:
                 reason=decision.reason if isinstance(decision, Deny) else None,
                 arguments=decision.arguments if isinstance(decision, Edit) else None,
                 approver=approver,
+                rule=call.policy.rule if call.policy else None,
+                policy_sha256=call.policy.sha256 if call.policy else None,
             )
         )
 
@@ -351,27 +358,6 @@ class ToolLoop:
             tuple(run.trace),
             tuple(run.transcript),
         )
-
-
-class _CallableSink:
-    def __init__(self, receive: Callable[[LoopEvent], object]) -> None:
-        self._receive = receive
-
-    def emit(self, event: LoopEvent) -> None:
-        self._receive(event)
-
-
-def _as_sink(
-    events: EventSink | Callable[[LoopEvent], object] | list[LoopEvent] | None,
-) -> EventSink:
-    """A sink is anything with ``emit(event)``; a plain callable or a list also does."""
-    if events is None:
-        return NO_SINK
-    if isinstance(events, list):
-        return _CallableSink(events.append)
-    if hasattr(events, "emit"):
-        return events
-    return _CallableSink(events)
 
 
 def _not_executed(call: ToolCall) -> ToolResultMessage:

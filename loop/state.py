@@ -4,6 +4,9 @@ Schema versions (every released version stays readable; add one line per version
   1 — initial: transcript, pending calls with presets, counters, limits, trace, digest.
   2 — ``sequence`` (the checkpoint's number within the run); the digest binds the run id
       and it. A v1 state reads with ``sequence`` None and keeps its calls-only digest.
+  3 — ``pending_calls[*].policy``: the policy file's judgement of the call (verdict, rule,
+      the file's sha256, approvers, quorum, expiry), made once at suspension. A v2
+      state reads with ``policy`` None on every call.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from loop.canonical import sha256_hex
 from loop.decisions import Approve, Deny
 from loop.errors import StateError, StateVersionError
 from loop.messages import AssistantMessage, JsonObject, Message, Usage
+from loop.policy.verdicts import Judgement
 from loop.results import TraceEntry
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 PresetSource = Literal["read_only", "policy", "unknown_tool", "invalid_arguments"]
 
@@ -31,7 +35,14 @@ def _v1_to_v2(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return raw | {"sequence": None}
 
 
-_MIGRATIONS: dict[int, Callable[[dict[str, JsonValue]], dict[str, JsonValue]]] = {1: _v1_to_v2}
+def _v2_to_v3(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    return raw  # ``policy`` defaults to None: no file judged the calls
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, JsonValue]], dict[str, JsonValue]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,8 @@ class PendingCall:
     preset: Approve | Deny | None = None
     preset_source: PresetSource | None = None
     error: str | None = None
+    policy: Judgement | None = None
+    """The policy file's judgement, when one judged the call (never changed by a reload)."""
 
     @property
     def requires_approval(self) -> bool:

@@ -17,6 +17,7 @@ from persistence.store import RunStore
 from tests.issuer import Issuer
 from workers.http.api import create_app
 from workers.service import Service
+from workers.service.policy_file import PolicyHolder
 from workers.service.registry import Registry
 from workers.service.settings import Settings
 from workers.testing import SECRET, TOKEN
@@ -103,6 +104,7 @@ def make_api(url: str, webhook_secret: str = f"{SECRET} {OLD_SECRET}", **extra: 
         registry=Registry.from_paths(config.agents),
         enqueue=lambda run_id, delay=None: enqueued.append(run_id),
         operator_roles=config.operators,
+        policy=PolicyHolder.load(config.policy, config.policy_shadow),
     )
     app = create_app(service, config, check_broker=lambda: None)
     return Api(TestClient(app), service, enqueued)

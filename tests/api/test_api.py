@@ -103,6 +103,7 @@ def test_waiting_run_shows_what_is_to_be_approved(api: Api) -> None:
             "approvers": [],
             "quorum": 1,
             "approvals": [],
+            "policy": None,
         }
     ]
     assert (view["iterations"], view["usage"]) == (2, {"prompt_tokens": 30, "completion_tokens": 5})

@@ -23,7 +23,7 @@ from loop import (
     ToolContext,
     tool,
 )
-from loop.messages import AssistantMessage, Message, ToolCall, Usage
+from loop.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage
 from loop.tools import ToolSchema
 
 
@@ -148,6 +148,34 @@ def send_note(to: str, amount: int, body: str, ctx: ToolContext) -> str:
     return f"noted {amount} for {to}"
 
 
+@tool(effect=Effect.IDEMPOTENT_WRITE)
+def refund(order_id: str, amount_cents: int, reason: str, ctx: ToolContext) -> str:
+    """Refund part of an order (examples/policy.toml judges it by ``amount_cents``)."""
+    _record("refund", ctx)
+    return f"refunded {amount_cents} cents on order {order_id}"
+
+
+class RefundModel:
+    """Asks for one refund, then answers with what the tool said (a deny's reason too)."""
+
+    def __init__(self, amount_cents: int) -> None:
+        self.amount_cents = amount_cents
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        last = transcript[-1]
+        if isinstance(last, ToolResultMessage):
+            return ModelResponse(
+                AssistantMessage(content=f"the tool said: {last.content}"), Usage()
+            )
+        arguments: dict[str, JsonValue] = {
+            "order_id": "17",
+            "amount_cents": self.amount_cents,
+            "reason": "damaged",
+        }
+        call = ToolCall("call_0_0", "refund", arguments)
+        return ModelResponse(AssistantMessage(tool_calls=(call,)), Usage())
+
+
 HOSTILE_BODY = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 
@@ -215,6 +243,9 @@ AGENTS = [
     _agent("slow_write", w1(send_seconds=4.0)),
     _agent("very_slow_read", w1(lookup_seconds=16.0)),
     _agent("expires_deny", w1(), approval_ttl=timedelta(seconds=1)),
+    Agent(name="refund_small", model=RefundModel(5_000), tools=[refund]),
+    Agent(name="refund_large", model=RefundModel(25_000), tools=[refund]),
+    Agent(name="refund_huge", model=RefundModel(600_000), tools=[refund]),
     _agent(
         "expires_cancel", w1(), approval_ttl=timedelta(seconds=1), on_expiry=ExpiryAction.CANCEL
     ),

@@ -17,13 +17,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from persistence import schema
 from persistence.db import ConfigurationError
-from workers.cli import runs
+from workers.cli import policy, runs
 from workers.cli.app import NOT_READY, PASSTHROUGH, app, db_app, one_line, service
 from workers.cli.output import console, errors, fail, without_password
 from workers.service import SweeperState
 from workers.service.settings import settings
 
-__all__ = ["app", "main", "runs", "service"]
+__all__ = ["app", "main", "policy", "runs", "service"]
 
 # -- schema and processes -----------------------------------------------------------------
 

@@ -59,10 +59,17 @@ def print_turn(pending: JsonValue) -> None:
         assert isinstance(call, dict)
         table.add_row(
             str(call["id"]), str(call["name"]), str(call["effect"]),
-            "yes" if call["requires_approval"] else "no", str(call["verdict"]),
+            "yes" if call["requires_approval"] else "no", _verdict(call),
             json.dumps(call["arguments"]),
         )  # fmt: skip
     console.print(table)
+
+
+def _verdict(call: dict[str, JsonValue]) -> str:
+    """The verdict, and the policy file's rule that made it, in one line."""
+    policy = call.get("policy")
+    rule = f" ({policy['line']})" if isinstance(policy, dict) else ""
+    return f"{call['verdict']}{rule}"
 
 
 def progress_bar() -> Progress:

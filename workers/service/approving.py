@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from loop import StateError, SuspendedRunState, check_decisions
+from loop import PendingCall, StateError, SuspendedRunState, check_decisions
 from loop.canonical import sha256_hex
 from persistence.domain import ApprovalRecord, DecisionOutcome, Run, RunStatus
 from persistence.store import Event, Receipt, RunStore, UnknownRunError
 from workers.service.decisions import DecisionBody, to_loop_decisions
-from workers.service.principals import AIRLOCK, Authority, Principal, authorise
+from workers.service.principals import AIRLOCK, Authority, Principal, approval_of, authorise
 from workers.service.registry import Registry, UnknownAgentError
 from workers.service.results import ConflictError, DecisionResult
 
@@ -150,6 +150,7 @@ class Approvals:
             "roles": list(roles),
             "covered_calls": list(authority.covered) if authority else [],
             **({"effect": authority.effect} if authority else {}),
+            **({"policy": authority.policy} if authority and authority.policy else {}),
             **stored,
         }
 
@@ -194,7 +195,7 @@ class Approvals:
             return 1
         agent = self.registry.get(run.agent)
         calls = state.pending_calls if state else ()
-        return max((agent.approval_of(c.name)[1] for c in calls if c.requires_approval), default=1)
+        return max((approval_of(agent, c)[1] for c in calls if c.requires_approval), default=1)
 
     def _approve(
         self,
@@ -275,12 +276,13 @@ class Approvals:
         check_decisions(agent, state, decisions)
         return authorise(principal, agent, state, decisions, requested_by=run.requested_by)
 
-    def approval_rule(self, agent: str, tool: str) -> tuple[tuple[str, ...], int] | None:
-        """Who may decide a call of ``tool`` (roles; none: anyone) and how many distinct
-        principals must approve it; None for an agent this process does not know."""
+    def approval_rule(self, agent: str, call: PendingCall) -> tuple[tuple[str, ...], int] | None:
+        """Who may decide ``call`` (roles, the policy's sets flattened; none: anyone) and
+        how many distinct principals must approve it; None for an agent not known here."""
         if agent not in self.registry:
             return None
-        return self.registry.get(agent).approval_of(tool)
+        sets, quorum = approval_of(self.registry.get(agent), call)
+        return tuple(dict.fromkeys(r for roles in sets for r in roles)), quorum
 
     def approvals(self, run: Run) -> list[ApprovalRecord]:
         """The approvals recorded toward a quorum for the turn the run waits on."""

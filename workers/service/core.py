@@ -10,6 +10,8 @@ from datetime import timedelta
 from pydantic import JsonValue
 
 from loop import (
+    PendingCall,
+    StateError,
     SuspendedRunState,
 )
 from persistence.domain import (
@@ -31,6 +33,7 @@ from workers.service.outbound import (
     Send,
     deliver_due,
 )
+from workers.service.policy_file import PolicyHolder
 from workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
@@ -76,6 +79,8 @@ class Service(Reads):
     operator_roles: frozenset[str] = OPERATOR_ROLES
     """Whoever holds one of these may cancel and retry any run
     (``AIRLOCK_OPERATOR_ROLES``)."""
+    policy: PolicyHolder | None = None
+    """The policy files (``AIRLOCK_POLICY``, ``AIRLOCK_POLICY_SHADOW``) turns are judged by."""
     _segments: Segments = field(init=False, repr=False)
     _approvals: Approvals = field(init=False, repr=False)
 
@@ -90,6 +95,7 @@ class Service(Reads):
             wake=self._wake,
             notifies=self._notifies,
             announce=self._announce,
+            policy=self.policy,
         )
         self._approvals = Approvals(self.store, self.registry, self._wake)
 
@@ -195,9 +201,9 @@ class Service(Reads):
             run_id, turn_digest, principal, webhook_id=webhook_id
         )
 
-    def approval_rule(self, agent: str, tool: str) -> tuple[tuple[str, ...], int] | None:
+    def approval_rule(self, agent: str, call: PendingCall) -> tuple[tuple[str, ...], int] | None:
         """Who may decide a call of ``tool`` and how many must approve it."""
-        return self._approvals.approval_rule(agent, tool)
+        return self._approvals.approval_rule(agent, call)
 
     def approvals(self, run: Run) -> list[ApprovalRecord]:
         """The approvals recorded toward a quorum for the turn the run waits on."""
@@ -255,7 +261,7 @@ class Service(Reads):
             run = self.store.runs.get(run_id)
             if run is None or run.turn_digest is None:
                 continue
-            action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
+            action = self._expiry_action(run)
             # the 'expired' event is written with the action, so it exists exactly when
             # the action was applied; each action is guarded on the run still waiting on
             # this turn with its approval expired, in its own statement
@@ -280,6 +286,19 @@ class Service(Reads):
                 self._announce("run.cancelled", run_id)
             expired.append(run_id)
         return tuple(expired)
+
+    def _expiry_action(self, run: Run) -> str | None:
+        """The agent's ``on_expiry``, or ``cancel`` when the policy's judgement of a call
+        that asks says so (the strictest wins)."""
+        action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
+        try:
+            state = self.store.runs.load_state(run)
+        except StateError:
+            return action
+        defaults = {
+            c.policy.default for c in state.pending_calls if c.requires_approval and c.policy
+        }
+        return "cancel" if "cancel" in defaults else action
 
     def sweep(self) -> SweepReport:
         """Recover what a broker dropped or a dead worker left behind, and record that

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop import Agent, Approve, Edit, SuspendedRunState
+from loop import Agent, Approve, Edit, PendingCall, SuspendedRunState
 from loop.decisions import Decisions
 from loop.errors import AirlockError
 from loop.gate import resolve
@@ -142,6 +142,17 @@ class Authority:
     """What the decision does to each covered call, whatever its wording: ``deny``, or
     ``{"approve": <the arguments it runs with>}``. Approvals toward a quorum count
     together when their effects are equal."""
+    policy: dict[str, JsonValue] = field(default_factory=dict)
+    """Per covered call the policy file judged: the rule and the file's sha256."""
+
+
+def approval_of(agent: Agent, call: PendingCall) -> tuple[tuple[tuple[str, ...], ...], int]:
+    """Who may decide ``call`` and how many must approve it: the code's roles (the tool's
+    or the agent's) and each role set of the policy file's judgement, a principal holding
+    one role of every set; the larger quorum (the strictest wins)."""
+    roles, needed = agent.approval_of(call.name)
+    sets = ((roles,) if roles else ()) + (call.policy.approvers if call.policy else ())
+    return sets, max(needed, call.policy.quorum if call.policy else 1)
 
 
 def _refuse(principal: Principal, agent: Agent, refused: list[str], *, self_approval: bool) -> None:
@@ -182,12 +193,17 @@ def authorise(
     quorum = 1
     approves = False
     effect: dict[str, JsonValue] = {}
+    judged: dict[str, JsonValue] = {
+        call.id: {"rule": call.policy.rule, "sha256": call.policy.sha256}
+        for call, _ in covered
+        if call.policy is not None
+    }
     for call, decision in covered:
-        roles, needed = agent.approval_of(call.name)
-        if not principal.holds_any(roles):
-            refused.append(f"{call.id} ({call.name}: {', '.join(roles)})")
+        sets, needed = approval_of(agent, call)
+        if not all(principal.holds_any(roles) for roles in sets):
+            refused.append(f"{call.id} ({call.name}: {' and '.join(', '.join(s) for s in sets)})")
             continue
-        used.update(r for r in roles if r in principal.roles)
+        used.update(r for roles in sets for r in roles if r in principal.roles)
         if isinstance(decision, Approve | Edit):
             approves = True
             quorum = max(quorum, needed)
@@ -202,6 +218,7 @@ def authorise(
         quorum=quorum,
         roles=sorted(used),
         effect=effect,
+        policy=judged,
     )
 
 

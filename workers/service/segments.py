@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -25,6 +25,7 @@ from loop import (
     SuspendedRunState,
     ToolLoop,
 )
+from loop.policy import RunPolicy
 from persistence.domain import Claim, RunStatus
 from persistence.store import Clock, Event, LeaseLostError, RunStore
 from workers.service.backoff import backoff
@@ -32,6 +33,7 @@ from workers.service.decisions import to_loop_decisions
 from workers.service.events import Pending, RunEventSink
 from workers.service.keeper import Keeper
 from workers.service.ledger import LedgerExecutor
+from workers.service.policy_file import PolicyHolder
 from workers.service.registry import Registry, UnknownAgentError
 
 log = logging.getLogger("airlock")
@@ -92,6 +94,7 @@ class Segments:
     """The notification a transition records in the outbox, if they are sent."""
     announce: Callable[[EventType, str], None]
     """Wake a deliverer of the outbox after the commit."""
+    policy: PolicyHolder | None = None
 
     def run(self, run_id: str, owner: str, take_over: str | None = None) -> SegmentResult:
         """Claim the run, advance it to its next stop, record that stop, return.
@@ -148,7 +151,9 @@ class Segments:
             ):
                 raise LeaseLostError(f"run {run.id} is no longer leased to {owner}")
 
-        loop = ToolLoop(events=sink, executor=executor, write_ahead=write_ahead)
+        loop = ToolLoop(
+            events=sink, executor=executor, write_ahead=write_ahead, policy=self._policy(run)
+        )
         try:
             if state is None:
                 result = loop.run(agent, run.input, run_id=run.id)
@@ -161,6 +166,14 @@ class Segments:
         except ApprovalRequired as pause:
             return self._suspend(run, owner, agent, pause.state, sink.take())
         return self._complete(run, owner, result, sink.take())
+
+    def _policy(self, run: Claim) -> RunPolicy | None:
+        """The policies this segment judges new turns by, with the run's requester and
+        metadata (read only when a policy file is configured)."""
+        if self.policy is None or not self.policy.configured:
+            return None
+        row = self.store.runs.require(run.id)
+        return self.policy.for_run(row.requested_by, row.metadata)
 
     def _decision(
         self, run: Claim, state: SuspendedRunState
@@ -182,7 +195,7 @@ class Segments:
         state: SuspendedRunState,
         pending: Pending,
     ) -> SegmentResult:
-        expires = self.clock() + agent.approval_ttl if agent.approval_ttl else None
+        expires = _expires(self.clock(), agent, state)
         events, calls = pending
         notify = self.notifies("run.waiting_for_approval")
         if not self.store.transitions.suspend(
@@ -251,6 +264,18 @@ class Segments:
             extra={"action": "segment.lease_lost", "run_id": run.id, "owner": owner},
         )
         return SegmentResult(Outcome.LEASE_LOST)
+
+
+def _expires(now: datetime, agent: Agent, state: SuspendedRunState) -> datetime | None:
+    """When the approval expires: the agent's ``approval_ttl`` or the policy's shorter
+    ``expires_in`` of a call that asks (the strictest wins)."""
+    ttls = [agent.approval_ttl] if agent.approval_ttl else []
+    ttls += [
+        timedelta(seconds=c.policy.expires_in)
+        for c in state.pending_calls
+        if c.requires_approval and c.policy is not None and c.policy.expires_in is not None
+    ]
+    return now + min(ttls) if ttls else None
 
 
 def _describe(exc: BaseException, run: Claim) -> str:

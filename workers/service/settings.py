@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from persistence.db import DEFAULT_DATABASE_URL, ConfigurationError, normalise_url
+from workers.service.policy_file import PolicyFileError, read_policy
 from workers.service.principals import OPERATOR_ROLES, check_name
 
 EMBEDDED_BROKER = "filesystem://"
@@ -57,6 +58,9 @@ class Settings(BaseSettings):
     # (less than the minute a deliverer holds a notification it took)
     notify_timeout: float = Field(default=10.0, gt=0, le=50)
     state_key: str | None = None
+    # the approval policy file (TOML), and one judged and recorded but not enforced
+    policy: Path | None = None
+    policy_shadow: Path | None = None
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
     # OIDC / JWT bearer tokens, for the run endpoints and approvals
@@ -113,6 +117,21 @@ class Settings(BaseSettings):
         for path in (p.strip() for p in value.split(",")):
             if ":" not in path:
                 raise ValueError(f"each entry must be module:attribute, got {path!r}")
+        return value
+
+    @field_validator("policy", "policy_shadow", mode="before")
+    @classmethod
+    def _no_policy(cls, value: object) -> object:
+        return None if value == "" else value  # an empty variable names no file
+
+    @field_validator("policy", "policy_shadow")
+    @classmethod
+    def _policy(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                read_policy(value)
+            except PolicyFileError as exc:
+                raise ValueError(str(exc)) from exc
         return value
 
     @field_validator("operator_roles")

@@ -37,6 +37,24 @@ class PendingCallView(BaseModel):
     """How many distinct principals must approve it."""
     approvals: list[ApprovalView]
     """The approvals of it recorded so far, toward its quorum."""
+    policy: PolicyView | None = None
+    """The policy file's judgement of it, made at suspension (null: no file judged it)."""
+
+
+class PolicyView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rule: str
+    verdict: str
+    sha256: str
+    """The sha256 of the policy file that judged it."""
+    reason: str | None
+    error: str | None
+    """Why the judgement failed closed (a missing or mistyped argument)."""
+    approvers: list[list[str]]
+    """Role sets; a deciding principal holds one role of each."""
+    quorum: int
+    line: str
+    """The judgement in one line, for a person."""
 
 
 class ApprovalView(BaseModel):
@@ -119,6 +137,23 @@ def verdict(call: PendingCall) -> dict[str, JsonValue]:
             return {"verdict": source or "read_only", "policy_reason": None}
 
 
+def policy_of(call: PendingCall) -> JsonValue:
+    """The policy file's judgement of the call (None: no file judged it)."""
+    judged = call.policy
+    if judged is None:
+        return None
+    return {
+        "rule": judged.rule,
+        "verdict": judged.verdict,
+        "sha256": judged.sha256,
+        "reason": judged.reason or None,
+        "error": judged.error,
+        "approvers": [list(s) for s in judged.approvers],
+        "quorum": judged.quorum,
+        "line": judged.line(),
+    }
+
+
 def pending_view(service: Service, run: Run) -> JsonValue:
     """The turn a waiting run waits on, each call with the policy's verdict; ``None``
     for a run that does not wait. An unreadable checkpoint is reported on its own run,
@@ -131,7 +166,7 @@ def pending_view(service: Service, run: Run) -> JsonValue:
         return {"turn_digest": run.turn_digest, "calls": [], "error": error, **times}
     if state is None:
         return None
-    rules = {c.id: service.approval_rule(run.agent, c.name) for c in state.pending_calls}
+    rules = {c.id: service.approval_rule(run.agent, c) for c in state.pending_calls}
     quorums = any(rule is not None and rule[1] > 1 for rule in rules.values())
     approvals = approvals_of(service, run, state) if quorums else {}
     calls: list[JsonValue] = []
@@ -148,6 +183,7 @@ def pending_view(service: Service, run: Run) -> JsonValue:
                 "approvers": list(rule[0]) if rule is not None else None,
                 "quorum": rule[1] if rule is not None else 1,
                 "approvals": approvals.get(c.id, []),
+                "policy": policy_of(c),
             }
         )
     return {"turn_digest": state.turn_digest, "calls": calls, **times}

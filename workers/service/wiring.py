@@ -11,6 +11,7 @@ from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.store import RunStore
 from workers.service import Enqueue, Limits, Notify, Service, broker
+from workers.service.policy_file import PolicyHolder
 from workers.service.registry import Registry
 from workers.service.settings import Settings, settings
 
@@ -45,6 +46,7 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
         notify=notify,
         limits=limits_of(config),
         operator_roles=config.operators,
+        policy=PolicyHolder.load(config.policy, config.policy_shadow),
     )
 
 

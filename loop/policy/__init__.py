@@ -1,0 +1,33 @@
+"""Approval policy as a file operators own (``AIRLOCK_POLICY``): pure, no I/O.
+
+Parse with :func:`parse_policy`, judge a call with :func:`judge`; ``decide`` also says
+why each rule tried did not match, ``lint`` warns of dead rules, ``run_cases`` checks
+expected verdicts.
+"""
+
+from loop.policy.cases import CaseResult, run_cases
+from loop.policy.evaluate import CallFacts, Step, decide, judge
+from loop.policy.lint import lint
+from loop.policy.parse import PolicyError, parse_policy
+from loop.policy.rules import Policy, Predicate, Rule
+from loop.policy.run import RunPolicy
+from loop.policy.verdicts import NO_RULE, Judgement, strictest
+
+__all__ = [
+    "NO_RULE",
+    "CallFacts",
+    "CaseResult",
+    "Judgement",
+    "Policy",
+    "PolicyError",
+    "Predicate",
+    "Rule",
+    "RunPolicy",
+    "Step",
+    "decide",
+    "judge",
+    "lint",
+    "parse_policy",
+    "run_cases",
+    "strictest",
+]

@@ -1,0 +1,74 @@
+"""The policy files a process runs with: a bad one refuses to start naming the variable
+and the line; a changed one is reloaded; a bad new one is refused and the running
+policy stays."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from persistence.db import ConfigurationError
+from workers.service.policy_file import PolicyFileError, PolicyHolder
+from workers.service.settings import load_settings
+
+ASK = '[[rules]]\nname = "asks"\nverdict = "ask"\n'
+ALLOW = '[[rules]]\nname = "allows-everything"\nverdict = "allow"\n'
+BAD = (
+    '[[rules]]\nname = "broken"\nverdict = "allow"\nwhen = [{ path = "x", op = "~", value = 1 }]\n'
+)
+
+
+def write(path: Path, text: str, tick: int) -> None:
+    path.write_text(text)
+    os.utime(path, ns=(tick * 10**9, tick * 10**9))  # a distinct mtime, whatever the clock
+
+
+def test_a_bad_file_refuses_to_start_naming_the_variable_and_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "policy.toml"
+    write(path, BAD, 1)
+    monkeypatch.setenv("AIRLOCK_POLICY", str(path))
+    with pytest.raises(ConfigurationError, match=r"AIRLOCK_POLICY: .*line 4: op '~'"):
+        load_settings()
+    monkeypatch.setenv("AIRLOCK_POLICY", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigurationError, match=r"AIRLOCK_POLICY: .*cannot be read"):
+        load_settings()
+    with pytest.raises(PolicyFileError, match=r"AIRLOCK_POLICY_SHADOW: .*line 4"):
+        PolicyHolder.load(None, path)
+
+
+def test_a_changed_file_is_reloaded_and_a_bad_one_keeps_the_running_policy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.toml"
+    write(path, ASK, 1)
+    holder = PolicyHolder.load(path)
+    first, _ = holder.current()
+    assert first is not None and first.rules[0].name == "asks"
+    write(path, ALLOW, 2)
+    second, _ = holder.current()
+    assert second is not None and second.rules[0].name == "allows-everything"
+    write(path, BAD, 3)
+    with caplog.at_level(logging.ERROR, logger="airlock"):
+        kept, _ = holder.current()
+    assert kept == second
+    assert "refused, the running policy stays" in caplog.text and "line 4" in caplog.text
+    path.unlink()
+    assert holder.current()[0] == second  # a file that vanished: the running policy stays
+    write(path, ASK, 4)
+    assert holder.current()[0] == first
+
+
+def test_no_file_judges_nothing() -> None:
+    holder = PolicyHolder.load(None)
+    assert not holder.configured
+    assert holder.for_run("alice", {}) is None
+
+
+def test_an_empty_variable_names_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRLOCK_POLICY", "")
+    assert load_settings().policy is None

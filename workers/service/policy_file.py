@@ -1,0 +1,119 @@
+"""The policy file (``AIRLOCK_POLICY``) and its shadow (``AIRLOCK_POLICY_SHADOW``): read
+at start (a bad file refuses to start), reloaded when it changes (a bad new file is
+refused and the running policy stays). A turn is judged once, at suspension, and its
+judgement stored with it: no reload changes a waiting turn's verdict."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import JsonValue
+
+from loop.errors import AirlockError
+from loop.policy import Policy, PolicyError, RunPolicy, parse_policy
+
+log = logging.getLogger("airlock")
+
+
+class PolicyFileError(AirlockError):
+    """The policy file cannot be used."""
+
+
+def read_policy(path: Path) -> Policy:
+    """The policy ``path`` holds. Raises ``PolicyFileError`` naming the file, the line
+    and the reason."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(f"{path}: cannot be read: {exc}") from exc
+    try:
+        return parse_policy(text)
+    except PolicyError as exc:
+        raise PolicyFileError(f"{path}: {exc}") from exc
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+@dataclass
+class _Watched:
+    """One file, its policy as last read well, and the stat it was read at."""
+
+    variable: str
+    path: Path
+    policy: Policy
+    stamp: tuple[int, int] | None = None
+    refused: tuple[int, int] | None = None
+    """The stat of a new version refused as malformed (not read again until it changes)."""
+
+    def current(self) -> Policy:
+        stamp = _stamp(self.path)
+        if stamp is None or stamp in (self.stamp, self.refused):
+            return self.policy
+        try:
+            policy = read_policy(self.path)
+        except PolicyFileError as exc:
+            self.refused = stamp
+            log.error(
+                f"{self.variable}: the new file is refused, the running policy stays: {exc}",
+                extra={"action": "policy.reload_refused", "sha256": self.policy.sha256},
+            )
+            return self.policy
+        if policy.sha256 != self.policy.sha256:
+            log.info(
+                f"{self.variable}: reloaded {self.path}",
+                extra={"action": "policy.reloaded", "sha256": policy.sha256},
+            )
+        self.policy, self.stamp, self.refused = policy, stamp, None
+        return policy
+
+
+@dataclass
+class PolicyHolder:
+    """The process's policy files, reloaded when they change."""
+
+    enforced: _Watched | None = None
+    shadow: _Watched | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def load(cls, policy: Path | None, shadow: Path | None = None) -> PolicyHolder:
+        """Read both files now. Raises ``PolicyFileError`` naming the variable."""
+        return cls(_watch("AIRLOCK_POLICY", policy), _watch("AIRLOCK_POLICY_SHADOW", shadow))
+
+    @property
+    def configured(self) -> bool:
+        return self.enforced is not None or self.shadow is not None
+
+    def current(self) -> tuple[Policy | None, Policy | None]:
+        with self._lock:
+            enforced = self.enforced.current() if self.enforced else None
+            shadow = self.shadow.current() if self.shadow else None
+            return enforced, shadow
+
+    def for_run(self, requester: str | None, metadata: Mapping[str, JsonValue]) -> RunPolicy | None:
+        """The policies a segment judges its turns by, with the run's facts."""
+        if not self.configured:
+            return None
+        enforced, shadow = self.current()
+        return RunPolicy(enforced, shadow, requester, dict(metadata))
+
+
+def _watch(variable: str, path: Path | None) -> _Watched | None:
+    if path is None:
+        return None
+    stamp = _stamp(path)
+    try:
+        policy = read_policy(path)
+    except PolicyFileError as exc:
+        raise PolicyFileError(f"{variable}: {exc}") from exc
+    return _Watched(variable, path, policy, stamp)
