@@ -6,7 +6,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import Select, Text, Uuid, and_, any_, bindparam, cast, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
 from loop import StateError, Usage
@@ -126,16 +127,20 @@ class Events:
 
     def heads(self, run_ids: Collection[str]) -> dict[str, StreamHead]:
         """For each of these runs that exists, its status and last event's number, in
-        one statement (a run missing from the answer is unknown, or was purged)."""
+        one statement (a run missing from the answer is unknown, or was purged). On
+        PostgreSQL the ids go as one array (``= ANY``) and come back as text: a
+        statement built once, where an ``IN`` list of a thousand ids cost twice the
+        CPU."""
         ids = {rid for r in run_ids if (rid := parse_run_id(r)) is not None}
         if not ids:
             return {}
-        query = select(RUNS.c.id, RUNS.c.status, RUNS.c.event_seq).where(RUNS.c.id.in_(ids))
+        postgres = self._ctx.conns.postgres
+        query = self._ctx.conns.statement(("heads", postgres), lambda: _heads(postgres))
         with self._ctx.conns.one() as s:
-            rows = s.execute(query).all()
+            rows = s.execute(query, {"ids": list(ids)}).all()
         return {
-            str(r.id): StreamHead(str(r.id), RunStatus(r.status), int(r.event_seq or 0))
-            for r in rows
+            str(rid): StreamHead(str(rid), RunStatus(status), int(seq or 0))
+            for rid, status, seq in rows
         }
 
     def _event(self, r: Any) -> RunEvent:
@@ -153,3 +158,12 @@ class Events:
             return self._ctx.cipher.open_json(stored, "an event's payload")
         except StateError as exc:
             return {"unreadable": str(exc)}
+
+
+def _heads(postgres: bool) -> Select[Any]:
+    """The heads of the runs ``:ids`` (``Events.heads``)."""
+    if not postgres:
+        query = select(RUNS.c.id, RUNS.c.status, RUNS.c.event_seq)
+        return query.where(RUNS.c.id.in_(bindparam("ids", expanding=True)))
+    query = select(cast(RUNS.c.id, Text()), RUNS.c.status, RUNS.c.event_seq)
+    return query.where(RUNS.c.id == any_(bindparam("ids", type_=ARRAY(Uuid()))))
