@@ -13,11 +13,12 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from weakref import WeakKeyDictionary
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from pydantic import JsonValue
 
 from persistence.domain import RunEvent, StreamHead, WaitingMark
@@ -25,6 +26,7 @@ from workers.service import Service
 from workers.service.views import event_view, iso
 
 log = logging.getLogger("airlock")
+T = TypeVar("T")
 
 TICK = 0.5
 """Seconds between two reads of the database while a stream is open."""
@@ -33,6 +35,10 @@ HEARTBEAT = 15.0
 (and a stream whose client went away is noticed)."""
 BATCH = 1000
 """Events read at most per tick, for all runs (a run with more gets the rest next)."""
+THREADS = 4
+"""Threads the streams read the database in at once, per event loop: a burst of
+reconnecting clients (an API restarted under a thousand EventSources) waits its turn
+here, instead of taking every thread (and pooled connection) the other routes use."""
 RETRY = b"retry: 3000\n\n"
 """What a stream starts with: an EventSource reconnects after 3 s."""
 BEAT = b": keep-alive\n\n"
@@ -104,12 +110,18 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._mark: WaitingMark | None = None
         self._beat = time.monotonic()
+        self._limiter = CapacityLimiter(THREADS)
         self.ticks = 0
         """Ticks run so far (what a test waits on, instead of a sleep)."""
 
     @property
     def watching(self) -> int:
         return sum(len(w) for w in self._runs.values()) + len(self._queue)
+
+    async def read(self, work: Callable[[], T]) -> T:
+        """``work`` (a read of the database, borrowing a connection for it) on one of
+        the streams' threads."""
+        return await to_thread.run_sync(work, limiter=self._limiter)
 
     def watch_run(self, run_id: str, cursor: int) -> Watch:
         """A watch of ``run_id``'s events after ``cursor`` (sent in order, each once),
@@ -175,12 +187,12 @@ class Hub:
 
     async def _runs_step(self) -> None:
         cursors = {rid: min(w.cursor for w in ws) for rid, ws in self._runs.items()}
-        heads = await to_thread.run_sync(self.service.stream_heads, list(cursors))
+        heads = await self.read(lambda: self.service.stream_heads(list(cursors)))
         moved = {r: c for r, c in cursors.items() if r in heads and heads[r].last_seq > c}
         events: list[RunEvent] = []
         if moved:
             service, batch = self.service, self.batch
-            events = await to_thread.run_sync(lambda: service.events_of(moved, limit=batch))
+            events = await self.read(lambda: service.events_of(moved, limit=batch))
         by_run: dict[str, list[RunEvent]] = {}
         for event in events:
             by_run.setdefault(event.run_id, []).append(event)
@@ -213,7 +225,7 @@ class Hub:
                 self.leave(watch)
 
     async def _queue_step(self) -> None:
-        mark = await to_thread.run_sync(self.service.waiting_mark)
+        mark = await self.read(self.service.waiting_mark)
         changed, self._mark = mark != self._mark, mark
         data = mark_frame(mark)
         for watch in self._queue:

@@ -12,7 +12,6 @@ from contextlib import aclosing
 from functools import partial
 from typing import Annotated, Any
 
-from anyio import to_thread
 from fastapi import FastAPI, Header, Query
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -75,7 +74,8 @@ async def run_stream(hubs: Hubs, run_id: str, cursor: int) -> EventStream:
     if parsed is None:
         raise UnknownRunError(f"no run has id {run_id!r}")
     run_id = str(parsed)
-    head = (await to_thread.run_sync(hubs.service.stream_heads, [run_id])).get(run_id)
+    hub = hubs.here()
+    head = (await hub.read(partial(hubs.service.stream_heads, [run_id]))).get(run_id)
     if head is None and cursor > 0:
         raise ProblemError(
             410,
@@ -91,17 +91,17 @@ async def run_stream(hubs: Hubs, run_id: str, cursor: int) -> EventStream:
             "Bad cursor",
             f"run {run_id} has no event {cursor}: its last is {head.last_seq}",
         )
-    return EventStream(_run_frames(hubs, head, cursor))
+    return EventStream(_run_frames(hub, head, cursor))
 
 
-async def _run_frames(hubs: Hubs, head: StreamHead, cursor: int) -> AsyncGenerator[bytes, None]:
+async def _run_frames(hub: Hub, head: StreamHead, cursor: int) -> AsyncGenerator[bytes, None]:
     """What the database holds after ``cursor``, then the hub's: the end once a run
     that was over when the stream opened is replayed."""
     yield RETRY
-    service, run_id = hubs.service, head.run_id
+    service, run_id = hub.service, head.run_id
     while True:
         try:
-            events = await to_thread.run_sync(partial(service.events, run_id, after=cursor))
+            events = await hub.read(partial(service.events, run_id, after=cursor))
         except UnknownRunError:
             return  # purged meanwhile: a reconnect is answered 410
         for event in events:
@@ -112,7 +112,7 @@ async def _run_frames(hubs: Hubs, head: StreamHead, cursor: int) -> AsyncGenerat
     if finished(head, cursor):
         yield end_frame(head)
         return
-    async with aclosing(_watched(hubs.here(), run_id, cursor)) as frames:
+    async with aclosing(_watched(hub, run_id, cursor)) as frames:
         async for data in frames:
             yield data
 
