@@ -182,7 +182,7 @@ async def measure(
 ) -> tuple[dict[str, Sample], list[Client]]:
     """The baseline, then ``first`` streams open, then all of them (with the CPU over
     an idle window)."""
-    samples = {"baseline": await asyncio.to_thread(sample, pid, admin, 0)}
+    samples = {"baseline": await asyncio.to_thread(sample, pid, admin, 0, idle_cpu=True)}
     progress(f"opening {first} streams")
     opened = await open_all(port, ids[:first], last)
     samples["first"] = await asyncio.to_thread(sample, pid, admin, len(opened))
