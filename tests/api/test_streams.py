@@ -122,6 +122,7 @@ def test_a_stream_follows_the_run_live_to_its_end(api: Api) -> None:
         reader = frames(live.iter_lines())
         seen = until(reader, "suspended")
         wait_for("the stream to follow the run", lambda: hubs.watching == 1)
+        assert "airlock_streams_open 1.0" in api.client.get("/metrics").text
         decision = {"turn_digest": view["pending"]["turn_digest"], "decision": "approve"}
         assert api.approve(run_id, decision).status_code == 202
         api.segment(run_id)
@@ -129,6 +130,7 @@ def test_a_stream_follows_the_run_live_to_its_end(api: Api) -> None:
     assert [f.data for f in messages(seen)] == events_of(api, run_id)
     assert seen[-1].event == "end" and seen[-1].data["status"] == "completed"
     wait_for("the watch to leave the hub", lambda: hubs.watching == 0)
+    assert "airlock_streams_open 0.0" in api.client.get("/metrics").text
 
 
 def refusal(got: Any, status: int, *words: str) -> None:

@@ -78,6 +78,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     _run_routes(app, handlers)
     _plain_routes(app, handlers)
     app.state.hubs = hubs = Hubs(service)
+    hubs.measured(metrics.registry)
     streams.mount(app, hubs)
     _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config, hubs)

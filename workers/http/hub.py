@@ -19,6 +19,7 @@ from typing import TypeVar
 from weakref import WeakKeyDictionary
 
 from anyio import CapacityLimiter, to_thread
+from prometheus_client import CollectorRegistry, Gauge
 from pydantic import JsonValue
 
 from persistence.domain import RunEvent, StreamHead, WaitingMark
@@ -111,12 +112,15 @@ class Hub:
         self._mark: WaitingMark | None = None
         self._beat = time.monotonic()
         self._limiter = CapacityLimiter(THREADS)
+        self._open = 0
         self.ticks = 0
         """Ticks run so far (what a test waits on, instead of a sleep)."""
 
     @property
     def watching(self) -> int:
-        return sum(len(w) for w in self._runs.values()) + len(self._queue)
+        """Streams open (a count kept as they come and go: read by ``/metrics`` from
+        another thread)."""
+        return self._open
 
     async def read(self, work: Callable[[], T]) -> T:
         """``work`` (a read of the database, borrowing a connection for it) on one of
@@ -128,6 +132,7 @@ class Hub:
         ended by ``end_frame`` once the run is over, or closed if it is purged."""
         watch = Watch(run_id, cursor)
         self._runs.setdefault(run_id, set()).add(watch)
+        self._open += 1
         self._start()
         return watch
 
@@ -135,18 +140,17 @@ class Hub:
         """A watch of the waiting queue: its mark now, then whenever it changes."""
         watch = Watch(None)
         self._queue.add(watch)
+        self._open += 1
         self._start()
         return watch
 
     def leave(self, watch: Watch) -> None:
-        if watch.run_id is None:
-            self._queue.discard(watch)
-        else:
-            watches = self._runs.get(watch.run_id)
-            if watches is not None:
-                watches.discard(watch)
-                if not watches:
-                    del self._runs[watch.run_id]
+        watches = self._queue if watch.run_id is None else self._runs.get(watch.run_id, set())
+        if watch in watches:
+            watches.discard(watch)
+            self._open -= 1
+            if watch.run_id is not None and not watches:
+                del self._runs[watch.run_id]
         if self._task is not None and not (self._runs or self._queue):
             self._task.cancel()  # nothing to feed: no tick until the next stream
             self._task = None
@@ -248,6 +252,11 @@ class Hubs:
     def watching(self) -> int:
         """Streams open on every loop."""
         return sum(hub.watching for hub in list(self._hubs.values()))
+
+    def measured(self, registry: CollectorRegistry) -> None:
+        """``airlock_streams_open`` in the API's metrics."""
+        gauge = Gauge("airlock_streams_open", "Live event streams open", registry=registry)
+        gauge.set_function(lambda: self.watching)
 
     def here(self) -> Hub:
         loop = asyncio.get_running_loop()
