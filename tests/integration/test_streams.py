@@ -7,6 +7,8 @@ run complete from the stream, without reloading."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -123,3 +125,23 @@ def test_the_run_page_shows_the_run_complete_from_the_stream(
     assert "done" in page.locator("main").inner_text()  # the run's output
     assert page.locator("#decide").count() == 0
     context.close()
+
+
+def test_the_api_stops_while_streams_are_open(served: Any) -> None:
+    """uvicorn waits for every response to end before it stops, and a stream does not end
+    by itself: ``airlock api`` gives them a grace period, then cuts them (their clients
+    resume elsewhere from their last event id); the process exits cleanly."""
+    stack, base = served
+    run = waiting(stack, base, "w1")
+    api = next(p for p in stack.processes if p.name == "api")
+    url = f"{base}/v1/runs/{run['id']}/events/stream"
+    with httpx.stream("GET", url, headers=AUTH, timeout=httpx.Timeout(60.0)) as live:
+        reader = frames(live.iter_lines())
+        read_until(reader, "suspended")
+        os.killpg(api.pid, signal.SIGTERM)
+        with pytest.raises(httpx.RemoteProtocolError):  # cut, as a client sees a crash
+            next(reader)
+    assert api.proc is not None
+    assert api.proc.wait(60) == -signal.SIGTERM  # uvicorn re-raises the signal it handled
+    assert "Cancel 1 running task(s)" in api.output()
+    assert "Finished server process" in api.output()
