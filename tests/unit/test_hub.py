@@ -8,10 +8,13 @@ watched."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
+
+import pytest
 
 from persistence.domain import RunEvent, RunStatus, StreamHead, WaitingMark
 from tests.sse import Frame, parse
@@ -180,7 +183,10 @@ def test_the_queue_mark_goes_to_new_watches_and_to_all_when_it_changes() -> None
     asyncio.run(main())
 
 
-def test_heartbeats_and_a_failing_tick_do_not_end_a_stream() -> None:
+def test_heartbeats_and_a_failing_tick_do_not_end_a_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="airlock")
     service = FakeService()
     service.add(A, 1)
 
@@ -196,3 +202,6 @@ def test_heartbeats_and_a_failing_tick_do_not_end_a_stream() -> None:
         assert seqs(await take(watch, 1)) == [2]
 
     asyncio.run(main())
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions.count("stream.tick_failed") == 1  # once for the whole outage
+    assert actions.count("stream.recovered") == 1

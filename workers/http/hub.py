@@ -27,6 +27,7 @@ from workers.service import Service
 from workers.service.views import event_view, iso
 
 log = logging.getLogger("airlock")
+TICK_FAILED = {"action": "stream.tick_failed"}
 T = TypeVar("T")
 
 TICK = 0.5
@@ -160,12 +161,19 @@ class Hub:
             self._task = asyncio.get_running_loop().create_task(self._feed())
 
     async def _feed(self) -> None:
+        failing = False
         try:
             while self._runs or self._queue:
                 try:
                     await self.step()
                 except Exception:  # the database away: the next tick tries again
-                    log.exception("a live stream tick failed", extra={"action": "stream.tick"})
+                    if not failing:  # once, not twice a second while it is away
+                        log.exception("live streams wait: a read failed", extra=TICK_FAILED)
+                    failing = True
+                else:
+                    if failing:
+                        log.info("live streams go on", extra={"action": "stream.recovered"})
+                    failing = False
                 await asyncio.sleep(self.tick)
         finally:
             if self._task is asyncio.current_task():
