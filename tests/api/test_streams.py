@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, make_api
+from tests.issuer import Issuer, new_key
 from tests.sse import Frame, frames, parse
 from workers.testing import TOKEN, wait_for
 
@@ -218,3 +219,28 @@ def test_the_inbox_streams_need_a_sign_in(api: Api) -> None:
     assert [f.data for f in messages(found)] == events_of(api, run_id)[2:]
     with api.client.stream("GET", "/inbox/stream") as live:
         assert next(frames(live.iter_lines())).data["waiting"] == 0
+
+
+def test_a_stream_is_authorised_as_a_run_read_with_oidc_tokens(db_url: str, issuer: Issuer) -> None:
+    """The same gate as every run endpoint: a token that reads the run reads its stream,
+    one refused there is refused here (the same status and problem)."""
+    api = make_api(db_url, **issuer.settings())
+    try:
+        run_id = completed(api)
+        callers = {
+            "valid": issuer.bearer("olga", ["operator"]),
+            "expired": {"Authorization": f"Bearer {issuer.token('olga', lifetime=-600)}"},
+            "another audience": issuer.bearer("olga", aud="someone-else"),
+            "forged": {"Authorization": f"Bearer {issuer.token('olga', key=new_key())}"},
+        }
+        for name, headers in callers.items():
+            read = api.client.get(f"/v1/runs/{run_id}", headers=headers)
+            streamed = api.client.get(stream_path(run_id), headers=headers)
+            assert streamed.status_code == read.status_code, name
+            if name == "valid":
+                assert read.status_code == 200 and parse(streamed.text)[-1].event == "end"
+            else:
+                refusal(streamed, 401)
+                assert streamed.json() == read.json(), name
+    finally:
+        api.service.store.engine.dispose()
