@@ -76,6 +76,10 @@ def test_a_stream_resumes_after_its_cursor(api: Api, how: str) -> None:
     found = parse(api.client.get(path, headers=headers).text)
     assert [f.data for f in messages(found)] == events[3:]
     assert found[-1].event == "end"
+    blank = api.client.get(
+        stream_path(run_id) + "?after=", headers={**BEARER, "Last-Event-ID": " "}
+    )
+    assert [f.data for f in messages(parse(blank.text))] == events  # blank: from the start
     at_end = api.client.get(
         stream_path(run_id), headers={**BEARER, "Last-Event-ID": str(events[-1]["seq"])}
     )

@@ -36,11 +36,12 @@ CURSOR_DOC = (
 
 def cursor_of(last_event_id: str | None, after: str | None) -> int:
     """The event number a stream resumes after: ``Last-Event-ID`` (what an EventSource
-    sends when it reconnects), else ``?after=``, else 0. Raises ``ProblemError`` (422)."""
+    sends when it reconnects), else ``?after=``, else 0 (a blank one is not given).
+    Raises ``ProblemError`` (422)."""
     source, raw = "Last-Event-ID", last_event_id
     if raw is None or not raw.strip():
         source, raw = "after", after
-    if raw is None:
+    if raw is None or not raw.strip():  # blank: as if not given
         return 0
     raw = raw.strip()
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 10) or int(raw) > MAX_SEQ:
