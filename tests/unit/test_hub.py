@@ -161,6 +161,12 @@ def test_a_finished_run_ends_its_watches_and_a_purged_one_closes_them() -> None:
     asyncio.run(main())
 
 
+def latest(watch: Watch) -> int | None:
+    """The waiting count of the last frame queued for ``watch`` (not taken)."""
+    queued = list(watch.frames._queue)  # type: ignore[attr-defined]
+    return parse(queued[-1].decode())[-1].data["waiting"] if queued else None
+
+
 def test_the_queue_mark_goes_to_new_watches_and_to_all_when_it_changes() -> None:
     service = FakeService()
     service.mark = WaitingMark(2, AT, 7)
@@ -179,6 +185,11 @@ def test_the_queue_mark_goes_to_new_watches_and_to_all_when_it_changes() -> None
         service.mark = WaitingMark(2, AT, 9)  # one left, another came
         assert (await take(one, 1))[0].data["waiting"] == 2
         assert (await take(two, 1))[0].data["waiting"] == 2
+        service.mark = WaitingMark(3, AT, 12)  # ``one`` reads nothing from here
+        await until(lambda: latest(one) == 3)
+        service.mark = WaitingMark(4, AT, 15)
+        await until(lambda: latest(one) == 4)
+        assert one.frames.qsize() == 1  # a slow reader is sent only the latest mark
 
     asyncio.run(main())
 

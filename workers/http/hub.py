@@ -190,7 +190,8 @@ class Hub:
         if now - self._beat >= self.heartbeat:
             self._beat = now
             for watch in self._all():
-                watch.send(BEAT)
+                if watch.frames.empty():  # one that has frames waiting is not idle
+                    watch.send(BEAT)
 
     def _all(self) -> Iterable[Watch]:
         yield from self._queue
@@ -243,6 +244,8 @@ class Hub:
         for watch in self._queue:
             if changed or watch.fresh:
                 watch.fresh = False
+                while not watch.frames.empty():  # a client slow to read: only the latest
+                    watch.frames.get_nowait()
                 watch.send(data)
 
 
