@@ -248,3 +248,11 @@ def test_a_stream_is_authorised_as_a_run_read_with_oidc_tokens(db_url: str, issu
                 assert streamed.json() == read.json(), name
     finally:
         api.service.store.engine.dispose()
+
+
+def test_openapi_documents_the_streams(api: Api) -> None:
+    paths = api.client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/runs/{run_id}/events/stream", "/v1/approvals/stream"):
+        operation = paths[path]["get"]
+        assert "text/event-stream" in operation["responses"]["200"]["content"], path
+        assert operation["security"] == [{"bearer": []}], path

@@ -152,7 +152,12 @@ SSE: dict[int | str, dict[str, Any]] = {
 def mount(app: FastAPI, hubs: Hubs) -> None:
     """The API's streams, authenticated by the gate as every ``/v1/runs`` route is."""
 
-    @app.get("/v1/runs/{run_id}/events/stream", responses=SSE, response_class=EventStream)
+    @app.get(
+        "/v1/runs/{run_id}/events/stream",
+        responses=SSE,
+        response_class=EventStream,
+        status_code=200,
+    )
     async def run_events_stream(
         run_id: str,
         after: Annotated[str | None, Query(description="Resume after this event number")] = None,
@@ -160,6 +165,6 @@ def mount(app: FastAPI, hubs: Hubs) -> None:
     ) -> EventStream:
         return await run_stream(hubs, run_id, cursor_of(last_event_id, after))
 
-    @app.get("/v1/approvals/stream", responses=SSE, response_class=EventStream)
+    @app.get("/v1/approvals/stream", responses=SSE, response_class=EventStream, status_code=200)
     async def approvals_stream() -> EventStream:
         return await queue_stream(hubs)
