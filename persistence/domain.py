@@ -108,6 +108,28 @@ class RunEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamHead:
+    """How far a run's audit stream goes, and the run's status: what a live stream
+    of the run needs to know whether it has more to send, or is done."""
+
+    run_id: str
+    status: RunStatus
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingMark:
+    """A mark of the waiting queue that changes whenever a run enters or leaves it: how
+    many wait, the latest change of one of them, and the sum of their event numbers
+    (every transition appends an event, so a run that leaves and comes back counts
+    more)."""
+
+    count: int
+    changed_at: datetime | None
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerEntry:
     run_id: str
     call_id: str

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Select, Text, Uuid, and_, any_, bindparam, cast, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
 from loop import StateError, Usage
-from persistence.domain import CallRecord, RunEvent, RunStatus
+from persistence.domain import CallRecord, RunEvent, RunStatus, StreamHead
 from persistence.store import sql
 from persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
 from persistence.store.context import Context
@@ -105,16 +106,51 @@ class Events:
                 .order_by(EVENTS.c.seq)
                 .limit(limit)
             ).all()
-        return [
-            RunEvent(
-                run_id=str(r.run_id),
-                seq=r.seq,
-                kind=r.kind,
-                payload=self._payload(r.payload),
-                created_at=r.created_at,
-            )
-            for r in rows
-        ]
+        return [self._event(r) for r in rows]
+
+    def read_many(self, cursors: Mapping[str, int], *, limit: int = 1000) -> list[RunEvent]:
+        """The events of several runs, each after its own cursor, in one statement:
+        ordered by run and number, at most ``limit`` in all (so each run's are a
+        prefix of what it has after its cursor)."""
+        wanted = [(rid, after) for r, after in cursors.items() if (rid := parse_run_id(r))]
+        if not wanted:
+            return []
+        query = (
+            select(EVENTS)
+            .where(or_(*(and_(EVENTS.c.run_id == rid, EVENTS.c.seq > a) for rid, a in wanted)))
+            .order_by(EVENTS.c.run_id, EVENTS.c.seq)
+            .limit(limit)
+        )
+        with self._ctx.conns.one() as s:
+            rows = s.execute(query).all()
+        return [self._event(r) for r in rows]
+
+    def heads(self, run_ids: Collection[str]) -> dict[str, StreamHead]:
+        """For each of these runs that exists, its status and last event's number, in
+        one statement (a run missing from the answer is unknown, or was purged). On
+        PostgreSQL the ids go as one array (``= ANY``) and come back as text: a
+        statement built once, where an ``IN`` list of a thousand ids cost twice the
+        CPU."""
+        ids = {rid for r in run_ids if (rid := parse_run_id(r)) is not None}
+        if not ids:
+            return {}
+        postgres = self._ctx.conns.postgres
+        query = self._ctx.conns.statement(("heads", postgres), lambda: _heads(postgres))
+        with self._ctx.conns.one() as s:
+            rows = s.execute(query, {"ids": list(ids)}).all()
+        return {
+            str(rid): StreamHead(str(rid), RunStatus(status), int(seq or 0))
+            for rid, status, seq in rows
+        }
+
+    def _event(self, r: Any) -> RunEvent:
+        return RunEvent(
+            run_id=str(r.run_id),
+            seq=r.seq,
+            kind=r.kind,
+            payload=self._payload(r.payload),
+            created_at=r.created_at,
+        )
 
     def _payload(self, stored: dict[str, Any]) -> dict[str, JsonValue]:
         """An event's payload, opened; one that cannot be opened says so instead."""
@@ -122,3 +158,12 @@ class Events:
             return self._ctx.cipher.open_json(stored, "an event's payload")
         except StateError as exc:
             return {"unreadable": str(exc)}
+
+
+def _heads(postgres: bool) -> Select[Any]:
+    """The heads of the runs ``:ids`` (``Events.heads``)."""
+    if not postgres:
+        query = select(RUNS.c.id, RUNS.c.status, RUNS.c.event_seq)
+        return query.where(RUNS.c.id.in_(bindparam("ids", expanding=True)))
+    query = select(cast(RUNS.c.id, Text()), RUNS.c.status, RUNS.c.event_seq)
+    return query.where(RUNS.c.id == any_(bindparam("ids", type_=ARRAY(Uuid()))))

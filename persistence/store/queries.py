@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, or_, select
 
-from persistence.domain import TERMINAL, Page, Run, RunStatus
+from persistence.domain import TERMINAL, Page, Run, RunStatus, WaitingMark
 from persistence.store import sql
 from persistence.store.common import BadCursorError
 from persistence.store.context import Context
@@ -130,6 +130,17 @@ class Queries:
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value
+
+    def waiting_mark(self) -> WaitingMark:
+        """The waiting queue's mark (``WaitingMark``), in one statement."""
+        query = select(
+            func.count(), func.max(RUNS.c.updated_at), func.coalesce(func.sum(RUNS.c.event_seq), 0)
+        ).where(RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value)
+        with self._ctx.conns.one() as s:
+            count, changed, events = s.execute(query).one()
+        if changed is not None and changed.tzinfo is None:
+            changed = changed.replace(tzinfo=UTC)
+        return WaitingMark(int(count), changed, int(events))
 
     def count_by_status(self) -> dict[RunStatus, int]:
         with self._ctx.conns.one() as s:

@@ -16,8 +16,10 @@ from persistence.db import make_engine
 from persistence.domain import RunStatus
 from persistence.store import RunStore
 from workers.service import Service
+from workers.service.decisions import DecisionBody
 from workers.service.principals import Principal
 from workers.service.registry import Registry
+from workers.service.views import event_view
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -311,3 +313,31 @@ def test_a_worker_refuses_bad_options_in_a_line(
     result = airlock("worker", *args, env=cli_env | {"AIRLOCK_BROKER_URL": broker}, cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert error in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+def test_runs_events_follow_prints_each_event_once_until_the_run_ends(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    run_id = waiting(service)
+    so_far = len(service.events(run_id))
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "workers", "runs", "events", run_id, "--follow", "--json"],
+        env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert follow.stdout is not None
+        printed = [json.loads(follow.stdout.readline()) for _ in range(so_far)]  # then it waits
+        digest = service.get_run(run_id).turn_digest or ""
+        body = DecisionBody.model_validate({"turn_digest": digest, "decision": "approve"})
+        service.record_decision(run_id, body, Principal.operator("ops", os_user="ops"))
+        service.run_segment(run_id, "cli-test")
+        rest, errors = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0, errors
+    printed += [json.loads(line) for line in rest.splitlines()]
+    events = [event_view(e) for e in service.events(run_id)]
+    assert printed == json.loads(json.dumps(events))
+    assert events[-1]["kind"] == "completed"
+    unknown = airlock("runs", "events", "nope", "--follow", env=cli_env, cwd=tmp_path)
+    assert unknown.returncode == 4

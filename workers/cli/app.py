@@ -42,6 +42,12 @@ ANSWERS: tuple[tuple[type[AirlockError], int], ...] = (
 that matches); any other is a bug, and shows its traceback."""
 
 
+STREAMS_GRACE = 5
+"""Seconds a stopping API waits for its responses to end before it closes them: uvicorn
+waits for every one, and a live event stream does not end by itself (its client
+resumes from its last event id, on another replica or this one restarted)."""
+
+
 def exit_code(exc: BaseException) -> int | None:
     return next((code for kind, code in ANSWERS if isinstance(exc, kind)), None)
 

@@ -18,7 +18,15 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from persistence import schema
 from persistence.db import ConfigurationError
 from workers.cli import policy, runs
-from workers.cli.app import NOT_READY, PASSTHROUGH, app, db_app, one_line, service
+from workers.cli.app import (
+    NOT_READY,
+    PASSTHROUGH,
+    STREAMS_GRACE,
+    app,
+    db_app,
+    one_line,
+    service,
+)
 from workers.cli.output import console, errors, fail, without_password
 from workers.service import SweeperState
 from workers.service.settings import settings
@@ -169,7 +177,14 @@ def api(
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
     port = settings().api_port if port is None else port
-    uvicorn.run("workers.api:app", host=host, port=port, workers=workers, access_log=access_log)
+    uvicorn.run(
+        "workers.api:app",
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=access_log,
+        timeout_graceful_shutdown=STREAMS_GRACE,
+    )
 
 
 @app.command()

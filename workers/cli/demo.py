@@ -29,6 +29,7 @@ from rich.table import Table
 from standardwebhooks import Webhook
 
 from persistence import migrations, schema
+from workers.cli.app import STREAMS_GRACE
 from workers.cli.output import without_password
 from workers.service.settings import settings
 from workers.service.views import event_summary
@@ -323,5 +324,7 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
         airlock_worker(config.home / "worker.log", "-c", "2"),
         celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
     ):
-        uvicorn.run("workers.api:app", host="127.0.0.1", port=port)
+        uvicorn.run(
+            "workers.api:app", host="127.0.0.1", port=port, timeout_graceful_shutdown=STREAMS_GRACE
+        )
     return 0

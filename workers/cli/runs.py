@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
+import time
 from typing import Annotated, Any
 
 import typer
@@ -27,7 +28,7 @@ from workers.cli.output import (
 from workers.service import ConflictError
 from workers.service.decisions import CallDecisionBody, DecisionBody
 from workers.service.principals import Principal
-from workers.service.views import event_view, run_view, sweeper_view
+from workers.service.views import event_summary, event_view, run_view, sweeper_view
 
 
 @app.command("run")
@@ -105,10 +106,29 @@ def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     print_turn(view["pending"])
 
 
+FOLLOW_EVERY = 0.5
+"""Seconds between two reads of a followed run's new events."""
+
+
 @runs_app.command("events")
-def runs_events(run_id: str, as_json: JsonOption = False) -> None:
+def runs_events(
+    run_id: str,
+    as_json: JsonOption = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Print the run's events as they come, until it ends (with --json, one "
+            "JSON object a line).",
+        ),
+    ] = False,
+) -> None:
     """The run's audit stream."""
     require_run(run_id)
+    if follow:
+        follow_events(run_id, as_json=as_json)
+        return
     events = service().events(run_id)
     if as_json:
         emit([event_view(e) for e in events])
@@ -119,6 +139,27 @@ def runs_events(run_id: str, as_json: JsonOption = False) -> None:
             str(e.seq), e.kind, f"{e.created_at:%H:%M:%S.%f}", json.dumps(e.payload)[:120]
         )
     console.print(table)
+
+
+def follow_events(run_id: str, *, as_json: bool) -> None:
+    """Every event of the run, each once and in order, as they come, until the run is
+    over and its last event printed (exit 4 if it is purged meanwhile)."""
+    reads, after = service(), 0
+    while True:
+        # the head first: a run over by then has all its events in the read that follows
+        head = reads.stream_heads([run_id]).get(run_id)
+        if head is None:
+            fail(f"run {run_id} was purged while it was followed", 4)
+        for e in reads.events(run_id, after=after):
+            after = e.seq
+            if as_json:
+                typer.echo(json.dumps(event_view(e)))
+            else:
+                line = f"{e.seq:>4}  {e.created_at:%H:%M:%S}  {e.kind:<10} "
+                console.print(line + event_summary(e.kind, e.payload), highlight=False)
+        if head.status.terminal and after >= head.last_seq:
+            return
+        time.sleep(FOLLOW_EVERY)
 
 
 # -- decisions and operator actions -------------------------------------------------------------

@@ -28,23 +28,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from persistence.domain import Run, RunStatus
-from workers.http import inbox
+from workers.http import inbox, streams
 from workers.http.auth import Authenticator
 from workers.http.guard import BodyGate, Gate
 from workers.http.handlers import CreateRun, Handlers, caller_of, explain
+from workers.http.hub import Hubs
 from workers.http.metrics import Metrics
 from workers.http.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
 from workers.http.schema_gate import SchemaGate, SchemaWatch
+from workers.http.streams import MAX_SEQ
 from workers.service import Service
 from workers.service.principals import Principal
 from workers.service.settings import Settings
 from workers.service.views import EventPage, RunPage, RunView, event_view, run_view, sweeper_view
 
 log = logging.getLogger("airlock")
-
-MAX_SEQ = 2**31 - 1
-"""The largest event number (an INTEGER column); a larger ``after`` is 422, not a
-database error."""
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
@@ -79,8 +77,11 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, handlers)
     _plain_routes(app, handlers)
+    app.state.hubs = hubs = Hubs(service)
+    hubs.measured(metrics.registry)
+    streams.mount(app, hubs)
     _operations(app, service, metrics, check_broker, watch)
-    inbox.mount(app, service, auth, config)
+    inbox.mount(app, service, auth, config, hubs)
     _document_bearer(app)
     return app
 
@@ -170,7 +171,9 @@ def _document_bearer(app: FastAPI) -> None:
                 "description": "AIRLOCK_API_TOKEN, or a token of the configured OIDC issuer",
             }
             for path, item in schema["paths"].items():
-                if path.startswith("/v1/runs") and not path.endswith("/approval"):
+                if path.startswith(("/v1/runs", "/v1/approvals")) and not path.endswith(
+                    "/approval"
+                ):
                     for operation in item.values():
                         operation["security"] = [{"bearer": []}]
         return schema

@@ -3,13 +3,13 @@ sweeper's health, the database's answer and schema. ``Service`` inherits them.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 
 from sqlalchemy import text
 
 from persistence import schema
-from persistence.domain import Page, Run, RunEvent, RunStatus
+from persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
 from persistence.schema import SchemaStatus
 from persistence.store import Clock, RunStore
 from workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
@@ -56,6 +56,20 @@ class Reads:
         if not events:  # none after ``after``, or no such run: only then is the run read
             self.get_run(run_id)
         return events
+
+    def stream_heads(self, run_ids: Collection[str]) -> dict[str, StreamHead]:
+        """Where each of these runs' audit stream ends, and its status, in one
+        statement; runs that are unknown (or purged) are missing."""
+        return self.store.events.heads(run_ids)
+
+    def events_of(self, cursors: Mapping[str, int], *, limit: int = 1000) -> list[RunEvent]:
+        """The events of several runs, each after its cursor, in one statement, ordered
+        by run and number (at most ``limit``: each run's a prefix of what it has)."""
+        return self.store.events.read_many(cursors, limit=limit)
+
+    def waiting_mark(self) -> WaitingMark:
+        """A mark of the waiting queue that changes whenever a run enters or leaves it."""
+        return self.store.queries.waiting_mark()
 
     def stats(self, *, finished_within: Sequence[int] = (5, 15, 60)) -> Stats:
         """The store's figures, for ``airlock stats`` and ``/metrics``."""

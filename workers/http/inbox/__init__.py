@@ -2,7 +2,7 @@
 decide per call, and read a run's story. Every decision goes through
 ``Service.record_decision``, as the webhook's and the CLI's do. ``pages``: what each
 page shows and each form does; ``routes``: the router; ``forms``: the decision form;
-``present``: how the pages say things."""
+``present``: how the pages say things; ``live``: the pages' live streams."""
 
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from workers.http.auth import Authenticator
+from workers.http.hub import Hubs
+from workers.http.inbox import live
 from workers.http.inbox.pages import HERE, Inbox
 from workers.http.inbox.routes import router
 from workers.service import Service
 from workers.service.settings import Settings
 
 
-def mount(app: FastAPI, service: Service, auth: Authenticator, config: Settings) -> None:
-    """Add the inbox's pages and its assets to the API."""
+def mount(
+    app: FastAPI, service: Service, auth: Authenticator, config: Settings, hubs: Hubs
+) -> None:
+    """Add the inbox's pages, its live streams and its assets to the API."""
     app.mount("/inbox/static", StaticFiles(directory=HERE / "static"), name="inbox-static")
-    app.include_router(router(Inbox(service, auth, service.sign_ins(config.session_secret))))
+    inbox = Inbox(service, auth, service.sign_ins(config.session_secret))
+    app.include_router(router(inbox))
+    live.mount(app, inbox, hubs)

@@ -1,28 +1,8 @@
 "use strict";
-// The inbox's few lines of script: the queue refreshes itself, a run that moves on is
-// shown as it goes, and a decision's edits are checked and diffed before it is sent.
+// The inbox's few lines of script: a decision's edits are checked and diffed before it
+// is sent (live.js keeps the queue and a run's page current, from the event streams).
 // Everything the server sent is already escaped; what this writes goes in as text.
 (function () {
-  const rows = document.getElementById("rows");
-  if (rows && rows.dataset.src) {
-    setInterval(async function () {
-      if (rows.querySelector("input[type=checkbox]:checked")) return; // keep a selection
-      try {
-        const answer = await fetch(rows.dataset.src, { credentials: "same-origin" });
-        if (!answer.ok) return;
-        const html = await answer.text();
-        if (html !== rows.dataset.last) {
-          rows.innerHTML = html;
-          rows.dataset.last = html;
-        }
-      } catch (e) { /* the next tick tries again */ }
-    }, 3000);
-  }
-
-  if (document.body.dataset.live) {
-    setTimeout(function () { location.reload(); }, 1500);
-  }
-
   const form = document.getElementById("decide");
   if (!form) return;
 

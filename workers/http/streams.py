@@ -1,0 +1,170 @@
+"""Live streams as server-sent events (DESIGN §5): a run's events
+(``GET /v1/runs/{id}/events/stream``) and the waiting queue
+(``GET /v1/approvals/stream``); the inbox serves the same under its sign-in
+(``workers.http.inbox.live``). A stream replays what the database holds after the
+client's cursor, then follows the hub (``workers.http.hub``): an idle stream holds no
+thread and no database connection."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from functools import partial
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from persistence.domain import StreamHead
+from persistence.store import UnknownRunError, parse_run_id
+from workers.http.hub import CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
+from workers.http.problems import ProblemError
+
+MAX_SEQ = 2**31 - 1
+"""The largest event number (an INTEGER column); a larger cursor is 422, not a
+database error."""
+REPLAY_LIMIT = 1000
+"""Events read from the database at once while a stream replays them (``events``'
+default page)."""
+HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+"""No cache, and no proxy buffering (nginx's header): each event goes out as it comes."""
+CURSOR_DOC = (
+    "Resume after this event number (a reconnecting EventSource sends it; it wins over `after`)"
+)
+
+
+def cursor_of(last_event_id: str | None, after: str | None) -> int:
+    """The event number a stream resumes after: ``Last-Event-ID`` (what an EventSource
+    sends when it reconnects), else ``?after=``, else 0 (a blank one is not given).
+    Raises ``ProblemError`` (422)."""
+    source, raw = "Last-Event-ID", last_event_id
+    if raw is None or not raw.strip():
+        source, raw = "after", after
+    if raw is None or not raw.strip():  # blank: as if not given
+        return 0
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10) or int(raw) > MAX_SEQ:
+        told = f"{source} must be an event number (0 to {MAX_SEQ}), not {raw[:40]!r}"
+        raise ProblemError(422, "Bad cursor", told)
+    return int(raw)
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream`` over an async generator of frames, closed (so that its
+    watch leaves the hub) however the response ends."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(frames, headers=HEADERS)
+        self._frames = frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._frames.aclose()
+
+
+async def run_stream(hubs: Hubs, run_id: str, cursor: int) -> EventStream:
+    """The stream of ``run_id``'s events after ``cursor``. Raises ``UnknownRunError``
+    (404), ``ProblemError`` (410: a cursor of a run no longer kept; 422: a cursor past
+    the run's last event)."""
+    parsed = parse_run_id(run_id)
+    if parsed is None:
+        raise UnknownRunError(f"no run has id {run_id!r}")
+    run_id = str(parsed)
+    hub = hubs.here()
+    head = (await hub.read(partial(hubs.service.stream_heads, [run_id]))).get(run_id)
+    if head is None and cursor > 0:
+        raise ProblemError(
+            410,
+            "Gone",
+            f"run {run_id} is no longer kept (purged after its retention window), so its "
+            f"events after {cursor} cannot be replayed",
+        )
+    if head is None:
+        raise UnknownRunError(f"no run has id {run_id!r}")
+    if cursor > head.last_seq:
+        raise ProblemError(
+            422,
+            "Bad cursor",
+            f"run {run_id} has no event {cursor}: its last is {head.last_seq}",
+        )
+    return EventStream(_run_frames(hub, head, cursor))
+
+
+async def _run_frames(hub: Hub, head: StreamHead, cursor: int) -> AsyncGenerator[bytes, None]:
+    """What the database holds after ``cursor``, then the hub's: the end once a run
+    that was over when the stream opened is replayed."""
+    yield RETRY
+    service, run_id = hub.service, head.run_id
+    while True:
+        try:
+            events = await hub.read(partial(service.events, run_id, after=cursor))
+        except UnknownRunError:
+            return  # purged meanwhile: a reconnect is answered 410
+        for event in events:
+            yield event_frame(event)
+            cursor = event.seq
+        if len(events) < REPLAY_LIMIT:
+            break
+    if finished(head, cursor):
+        yield end_frame(head)
+        return
+    async with aclosing(_watched(hub, run_id, cursor)) as frames:
+        async for data in frames:
+            yield data
+
+
+async def _watched(hub: Hub, run_id: str | None, cursor: int = 0) -> AsyncGenerator[bytes, None]:
+    """The frames the hub sends a watch of ``run_id`` (None: the queue) until it closes;
+    the watch leaves the hub however the stream ends."""
+    watch = hub.watch_queue() if run_id is None else hub.watch_run(run_id, cursor)
+    try:
+        while (data := await watch.frames.get()) != CLOSE:
+            yield data
+    finally:
+        hub.leave(watch)
+
+
+async def queue_stream(hubs: Hubs) -> EventStream:
+    """The waiting queue's stream: its mark now, then at each change."""
+    return EventStream(_queue_frames(hubs.here()))
+
+
+async def _queue_frames(hub: Hub) -> AsyncGenerator[bytes, None]:
+    yield RETRY
+    async with aclosing(_watched(hub, None)) as frames:
+        async for data in frames:
+            yield data
+
+
+SSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "server-sent events",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+def mount(app: FastAPI, hubs: Hubs) -> None:
+    """The API's streams, authenticated by the gate as every ``/v1/runs`` route is."""
+
+    @app.get(
+        "/v1/runs/{run_id}/events/stream",
+        responses=SSE,
+        response_class=EventStream,
+        status_code=200,
+    )
+    async def run_events_stream(
+        run_id: str,
+        after: Annotated[str | None, Query(description="Resume after this event number")] = None,
+        last_event_id: Annotated[str | None, Header(description=CURSOR_DOC)] = None,
+    ) -> EventStream:
+        return await run_stream(hubs, run_id, cursor_of(last_event_id, after))
+
+    @app.get("/v1/approvals/stream", responses=SSE, response_class=EventStream, status_code=200)
+    async def approvals_stream() -> EventStream:
+        return await queue_stream(hubs)
