@@ -508,3 +508,31 @@ def test_the_sign_in_says_where_the_token_comes_from_and_a_favicon_is_served(api
     icon = api.client.get("/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
     assert icon.content.startswith(b"<svg")
+
+
+def test_what_will_happen_says_a_decision_the_approver_may_not_make_is_refused(
+    api: Api, issuer: Issuer
+) -> None:
+    """Attack review: the summary said "runs" for a decision the server refuses (403),
+    to an approver without the tool's role and to the run's own requester."""
+    run_id = api.waiting("payments")["id"]
+    sign_in(api, token=issuer.token("sam", ["support"]))
+    html = run_page(api, run_id)
+    assert outcomes(html)["run"] == [] and "sam holds none of the roles" in html
+    digest = api.service.get_run(run_id).turn_digest
+    form = {"csrf": csrf(html), "turn_digest": digest, "decision": "approve"}
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=form)
+    assert "would be refused: sam holds none of the roles" in preview.text
+    assert outcomes(preview.text)["run"] == []
+    denied = {**form, "decision": "deny", "reason": "no"}
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=denied)
+    assert "would be refused: sam holds none of the roles" in preview.text
+    assert decide(api, run_id).status_code == 403  # as the summary said
+
+    own, _ = api.service.start_run("w1", "mine", requested_by="ann")
+    api.segment(own.id)
+    sign_in(api, name="ann")
+    html = run_page(api, own.id)
+    assert "ann requested this run and may not approve its calls" in html
+    assert decide(api, own.id).status_code == 403
+    assert api.service.get_run(own.id).status.value == "waiting_for_approval"
