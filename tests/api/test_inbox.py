@@ -536,3 +536,27 @@ def test_what_will_happen_says_a_decision_the_approver_may_not_make_is_refused(
     assert "ann requested this run and may not approve its calls" in html
     assert decide(api, own.id).status_code == 403
     assert api.service.get_run(own.id).status.value == "waiting_for_approval"
+
+
+def test_a_bulk_confirmation_says_which_runs_would_be_refused(api: Api, issuer: Issuer) -> None:
+    """Attack review: the bulk confirmation said "these calls will run" for runs whose
+    decision the server then refused: a run the approver holds no role for, and a run
+    whose turn moved on since the queue was shown."""
+    runs = [api.waiting("payments")["id"] for _ in range(2)]
+    sign_in(api, token=issuer.token("sam", ["support"]))
+    html = api.client.get("/inbox").text
+    digests = dict(re.findall(r'name="digest\.([0-9a-f-]+)" value="([0-9a-f]{64})"', html))
+    form = {"csrf": csrf(html), "action": "approve"}
+    form |= {f"run.{r}": "on" for r in runs} | {f"digest.{r}": digests[r] for r in runs}
+    asked = api.client.post("/inbox/bulk", data=form)
+    assert asked.status_code == 200
+    assert asked.text.count("will be refused: sam holds none of the roles") == 2
+
+    sign_in(api, token=issuer.token("paula", ["payments"]))
+    html = api.client.get("/inbox").text
+    form["csrf"] = csrf(html)
+    assert "will be refused" not in api.client.post("/inbox/bulk", data=form).text
+    stale = {**form, f"digest.{runs[0]}": "0" * 64}
+    asked = api.client.post("/inbox/bulk", data=stale)
+    assert asked.text.count("will be refused: this turn was already decided") == 1
+    assert all(api.service.get_run(r).status.value == "waiting_for_approval" for r in runs)
