@@ -560,3 +560,17 @@ def test_a_bulk_confirmation_says_which_runs_would_be_refused(api: Api, issuer: 
     asked = api.client.post("/inbox/bulk", data=stale)
     assert asked.text.count("will be refused: this turn was already decided") == 1
     assert all(api.service.get_run(r).status.value == "waiting_for_approval" for r in runs)
+
+
+def test_a_search_for_any_text_answers_the_queue(api: Api) -> None:
+    """Attack review: ``/inbox?q=%00`` was a 500 on PostgreSQL (its text holds no NUL)."""
+    api.create("w1", metadata={"ticket": "T-1"})
+    sign_in(api)
+    for q in ("\x00", "a\x00b", "\\", "\\u0000", "%_", "T-1\x00"):
+        for path in ("/inbox", "/inbox/queue"):
+            answer = api.client.get(path, params={"q": q, "status": "all"})
+            assert answer.status_code == 200, (q, path)
+            answer = api.client.get(path, params={"agent": q, "tool": q, "status": "all"})
+            assert answer.status_code == 200, (q, path)
+    listed = api.client.get("/v1/runs", params={"agent": "w1\x00"}, headers=api.headers())
+    assert listed.status_code in (200, 422), listed.text
