@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -17,6 +18,23 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 class ConfigurationError(AirlockError, ValueError):
     """A setting is missing or malformed; the message names the variable."""
+
+
+QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+"""A password in a URL's query: libpq takes ``password`` and ``sslpassword`` there,
+redis-py ``password``."""
+
+
+def hide_query_password(url: str) -> str:
+    """``url`` with a password its query holds shown as ``***``."""
+    return QUERY_PASSWORD.sub(r"\1***", url)
+
+
+def shown_url(url: str | URL) -> str:
+    """A database URL as it may be printed: its password, in its user part or its
+    query, shown as ``***``."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    return hide_query_password(parsed.render_as_string(hide_password=True))
 
 
 def database_url() -> str:
@@ -36,7 +54,7 @@ def normalise_url(url: str) -> str:
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise ConfigurationError(
             "AIRLOCK_DATABASE_URL must be a postgresql:// or sqlite:// URL,"
-            f" got {parsed.render_as_string(hide_password=True)!r}"
+            f" got {shown_url(parsed)!r}"
         )
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() != "psycopg":
         raise ConfigurationError(
@@ -50,7 +68,8 @@ def _without_credentials(url: str) -> str:
     """A URL SQLAlchemy cannot parse, as it may be shown: whatever comes before an
     ``@`` (a user and a password) left out."""
     if "@" not in url:
-        return url
+        return hide_query_password(url)
+    url = hide_query_password(url)
     scheme, _, rest = url.partition("://")
     return f"{scheme}://…@{rest.rpartition('@')[2]}" if rest else "…@" + url.rpartition("@")[2]
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from persistence.db import make_engine
+from persistence.db import make_engine, shown_url
 from persistence.migrations import alembic_config, upgrade
 
 UPGRADE = "airlock db upgrade"
@@ -99,7 +99,7 @@ def head_revision(url: str) -> str:
 def upgrade_or_explain(url: str, revision: str = "head") -> str | None:
     """Migrate the database to ``revision``; or one line that names it and says why it
     could not be (None: done)."""
-    shown = make_url(url).render_as_string(hide_password=True)
+    shown = shown_url(url)
     try:
         upgrade(url, revision)
     except DBAPIError as exc:  # refused, no such database or folder…
@@ -120,7 +120,7 @@ def check_url(url: str) -> SchemaStatus:
 
 def check(engine: Engine) -> SchemaStatus:
     url = engine.url.render_as_string(hide_password=False)
-    shown = engine.url.render_as_string(hide_password=True)
+    shown = shown_url(engine.url)
     head = head_revision(url)
     match _sqlite_file(url):
         case Path() as file if not file.parent.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from logging.config import fileConfig
 
 from alembic import context
@@ -27,7 +28,7 @@ def run(connection: Connection) -> None:
     if not sqlite or connection.in_transaction():
         with context.begin_transaction():
             if not sqlite:  # held to the commit; alembic reads the version after it
-                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+                _take_turn(connection)
             context.run_migrations()
         return
     # A batch migration copies a table and drops the old one; SQLite runs a parent's
@@ -46,6 +47,20 @@ def run(connection: Connection) -> None:
                 raise RuntimeError(f"a migration left rows without their parent: {broken[:5]}")
     finally:
         raw.execute("PRAGMA foreign_keys=ON")
+
+
+def _take_turn(connection: Connection) -> None:
+    """Take the migration lock; while another migrator holds it, say so and wait (a
+    migrator that says nothing looks hung)."""
+    took = connection.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({MIGRATION_LOCK})")
+    if not took.scalar():
+        print(
+            "airlock: another migrator holds the migration lock (PostgreSQL advisory lock"
+            f" {MIGRATION_LOCK}); waiting for it",
+            file=sys.stderr,
+            flush=True,
+        )
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
 
 
 def main() -> None:

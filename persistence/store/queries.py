@@ -45,6 +45,8 @@ class Queries:
             query = query.where(RUNS.c.status == status.value)
         if statuses:
             query = query.where(RUNS.c.status.in_([s.value for s in statuses]))
+        if agent is not None and "\x00" in agent:  # no agent's name (no PostgreSQL text)
+            return Page((), None)
         if agent is not None:
             query = query.where(RUNS.c.agent == agent)
         if metadata_contains:
@@ -152,11 +154,12 @@ class Queries:
 
 def _metadata_holds(needle: str) -> ColumnElement[bool]:
     """The metadata's JSON text holds ``needle``, ignoring case; non-ASCII text is
-    stored as ``\\u`` escapes, so it is looked for in that form too."""
+    stored as ``\\u`` escapes, so it is looked for in that form too (and only in that
+    form with a NUL, which no PostgreSQL text holds, so cannot be a parameter there)."""
     text = func.lower(cast(RUNS.c["metadata"], Text))
     plain = needle.lower()
     escaped = json.dumps(plain)[1:-1]
-    forms = {plain, escaped}
+    forms = {plain, escaped} if "\x00" not in plain else {escaped}
     return or_(*(text.contains(form, autoescape=True) for form in sorted(forms)))
 
 

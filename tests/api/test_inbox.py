@@ -508,3 +508,69 @@ def test_the_sign_in_says_where_the_token_comes_from_and_a_favicon_is_served(api
     icon = api.client.get("/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
     assert icon.content.startswith(b"<svg")
+
+
+def test_what_will_happen_says_a_decision_the_approver_may_not_make_is_refused(
+    api: Api, issuer: Issuer
+) -> None:
+    """Attack review: the summary said "runs" for a decision the server refuses (403),
+    to an approver without the tool's role and to the run's own requester."""
+    run_id = api.waiting("payments")["id"]
+    sign_in(api, token=issuer.token("sam", ["support"]))
+    html = run_page(api, run_id)
+    assert outcomes(html)["run"] == [] and "sam holds none of the roles" in html
+    digest = api.service.get_run(run_id).turn_digest
+    form = {"csrf": csrf(html), "turn_digest": digest, "decision": "approve"}
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=form)
+    assert "would be refused: sam holds none of the roles" in preview.text
+    assert outcomes(preview.text)["run"] == []
+    denied = {**form, "decision": "deny", "reason": "no"}
+    preview = api.client.post(f"/inbox/runs/{run_id}/preview", data=denied)
+    assert "would be refused: sam holds none of the roles" in preview.text
+    assert decide(api, run_id).status_code == 403  # as the summary said
+
+    own, _ = api.service.start_run("w1", "mine", requested_by="ann")
+    api.segment(own.id)
+    sign_in(api, name="ann")
+    html = run_page(api, own.id)
+    assert "ann requested this run and may not approve its calls" in html
+    assert decide(api, own.id).status_code == 403
+    assert api.service.get_run(own.id).status.value == "waiting_for_approval"
+
+
+def test_a_bulk_confirmation_says_which_runs_would_be_refused(api: Api, issuer: Issuer) -> None:
+    """Attack review: the bulk confirmation said "these calls will run" for runs whose
+    decision the server then refused: a run the approver holds no role for, and a run
+    whose turn moved on since the queue was shown."""
+    runs = [api.waiting("payments")["id"] for _ in range(2)]
+    sign_in(api, token=issuer.token("sam", ["support"]))
+    html = api.client.get("/inbox").text
+    digests = dict(re.findall(r'name="digest\.([0-9a-f-]+)" value="([0-9a-f]{64})"', html))
+    form = {"csrf": csrf(html), "action": "approve"}
+    form |= {f"run.{r}": "on" for r in runs} | {f"digest.{r}": digests[r] for r in runs}
+    asked = api.client.post("/inbox/bulk", data=form)
+    assert asked.status_code == 200
+    assert asked.text.count("will be refused: sam holds none of the roles") == 2
+
+    sign_in(api, token=issuer.token("paula", ["payments"]))
+    html = api.client.get("/inbox").text
+    form["csrf"] = csrf(html)
+    assert "will be refused" not in api.client.post("/inbox/bulk", data=form).text
+    stale = {**form, f"digest.{runs[0]}": "0" * 64}
+    asked = api.client.post("/inbox/bulk", data=stale)
+    assert asked.text.count("will be refused: this turn was already decided") == 1
+    assert all(api.service.get_run(r).status.value == "waiting_for_approval" for r in runs)
+
+
+def test_a_search_for_any_text_answers_the_queue(api: Api) -> None:
+    """Attack review: ``/inbox?q=%00`` was a 500 on PostgreSQL (its text holds no NUL)."""
+    api.create("w1", metadata={"ticket": "T-1"})
+    sign_in(api)
+    for q in ("\x00", "a\x00b", "\\", "\\u0000", "%_", "T-1\x00"):
+        for path in ("/inbox", "/inbox/queue"):
+            answer = api.client.get(path, params={"q": q, "status": "all"})
+            assert answer.status_code == 200, (q, path)
+            answer = api.client.get(path, params={"agent": q, "tool": q, "status": "all"})
+            assert answer.status_code == 200, (q, path)
+    listed = api.client.get("/v1/runs", params={"agent": "w1\x00"}, headers=api.headers())
+    assert listed.status_code in (200, 422), listed.text

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from workers.tasks.notify import READ_LIMIT, DeliveryError, deliver
+from workers.tasks.notify import READ_LIMIT, DeliveryError, deliver, refusal
 from workers.testing import SECRET, wait_for
 
 
@@ -197,3 +197,17 @@ def test_the_answer_is_read_no_further_than_a_few_kib() -> None:
     with serving(server):
         assert deliver(server.url, SECRET, EVENT).status_code == 200
         assert wait_for("the receiver to be done", lambda: server.hung_up) == [True]
+
+
+def test_a_failed_delivery_does_not_name_the_receivers_credentials() -> None:
+    """Attack review: a failed delivery's error, stored in the run's ``notify_failed``
+    event (which every API client and approver reads), held the whole notify URL: its
+    password, a token in its query or a secret path."""
+    secret_url = "http://hook:s3cret@127.0.0.1:9/services/s3cret?token=s3cret"
+    with pytest.raises(DeliveryError) as failed:
+        deliver(secret_url, SECRET, EVENT, timeout=2)
+    assert "s3cret" not in str(failed.value) and "http://127.0.0.1:9" in str(failed.value)
+    for status in (302, 404, 500):
+        refused = refusal(secret_url, status)
+        assert refused is not None and "s3cret" not in str(refused)
+        assert f"http://127.0.0.1:9 answered {status}" in str(refused)

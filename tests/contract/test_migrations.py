@@ -128,6 +128,8 @@ def test_migrators_that_start_at_once_take_turns(postgres_template: str) -> None
             held.execute(text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
         said = [m.communicate(timeout=120)[0] for m in migrators]
         assert [m.returncode for m in migrators] == [0, 0, 0], said
+        # attack review: a migrator waiting on the lock said nothing, and looked hung
+        assert all("another migrator holds the migration lock" in s for s in said), said
         engine = create_engine(url)
         with engine.connect() as conn:
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalars()

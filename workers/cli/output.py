@@ -14,8 +14,8 @@ from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
+from persistence.db import hide_query_password, shown_url
 from workers.service import Stats
 
 console = Console()
@@ -24,12 +24,13 @@ errors = Console(stderr=True)
 
 def without_password(url: str) -> str:
     """``url`` as it may be printed: its password, if any, shown as ``***`` (a database
-    URL by SQLAlchemy's rendering, a broker URL by kombu's)."""
-    if "://" not in url or "@" not in url:
+    URL by SQLAlchemy's rendering, a broker URL by kombu's), and so is one in its query
+    (``?password=``, which libpq and redis-py take)."""
+    if "://" not in url:
         return url
     if url.startswith(("redis", "rediss", "amqp", "sqla+", "filesystem")):
-        return maybe_sanitize_url(url)
-    return make_url(url).render_as_string(hide_password=True)
+        return hide_query_password(maybe_sanitize_url(url) if "@" in url else url)
+    return shown_url(url)
 
 
 def fail(message: str, code: int) -> NoReturn:

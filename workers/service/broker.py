@@ -117,14 +117,24 @@ def make_app(config: Settings) -> Celery:
         # the schedule is saved after every job sent, not every 3 minutes: its age says
         # whether the beat is alive (`airlock health beat`, when no sweep is recorded)
         beat_sync_every=1,
-        beat_schedule={
-            "sweep": {"task": SWEEP, "schedule": config.sweep_interval},
-            "expire-approvals": {"task": EXPIRE, "schedule": config.sweep_interval},
-            "purge": {"task": PURGE, "schedule": 3600.0},
-            "deliver-notifications": {"task": DELIVER, "schedule": config.sweep_interval},
-        },
+        beat_schedule=beat_schedule(config),
     )
     return celery
+
+
+def beat_schedule(config: Settings) -> dict[str, dict[str, Any]]:
+    """Beat's jobs. Deliveries (their retries) only with ``AIRLOCK_NOTIFY_URL``: without
+    one nothing is delivered, and a job queued every sweep on the notifications' queue,
+    which no worker need then consume, would pile up in the broker."""
+    every = config.sweep_interval
+    schedule: dict[str, dict[str, Any]] = {
+        "sweep": {"task": SWEEP, "schedule": every},
+        "expire-approvals": {"task": EXPIRE, "schedule": every},
+        "purge": {"task": PURGE, "schedule": 3600.0},
+    }
+    if config.notify_url:
+        schedule["deliver-notifications"] = {"task": DELIVER, "schedule": every}
+    return schedule
 
 
 app = make_app(settings())

@@ -11,7 +11,12 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from persistence.db import DEFAULT_DATABASE_URL, ConfigurationError, normalise_url
+from persistence.db import (
+    DEFAULT_DATABASE_URL,
+    ConfigurationError,
+    hide_query_password,
+    normalise_url,
+)
 from workers.service.policy_file import PolicyFileError, read_policy
 from workers.service.principals import OPERATOR_ROLES, check_name
 
@@ -45,7 +50,11 @@ DEFAULT_CLIENT = "default"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AIRLOCK_", extra="ignore", frozen=True)
+    # a refused value is not repeated in the error (``celery -A workers``, ``uvicorn
+    # workers.api:app`` print it whole): it may be a URL with its password, or a secret
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     database_url: str = DEFAULT_DATABASE_URL
     broker_url: str = EMBEDDED_BROKER
@@ -107,7 +116,7 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "filesystem://", "sqla+", "amqp://")):
             raise ValueError(
                 "must be redis://…, rediss://…, amqp://…, sqla+… or filesystem://,"
-                f" got {maybe_sanitize_url(value)!r}"
+                f" got {hide_query_password(maybe_sanitize_url(value))!r}"
             )
         return value
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache, partial
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import JsonValue
@@ -102,6 +103,19 @@ def deliver(
     return Delivery(status, webhook_id)
 
 
+def receiver(url: str) -> str:
+    """The notify URL as an error names it (stored in the outbox and in the run's
+    ``notify_failed`` event, which every reader of the run sees): its scheme, host and
+    port only, since a receiver's URL often holds its credential (a user's password, a
+    token in the query, a secret path)."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "the notify URL"
+    return f"{parts.scheme}://{parts.hostname}{port}" if parts.hostname else "the notify URL"
+
+
 def refusal(url: str, status: int) -> DeliveryError | None:
     """What an answer other than a 2xx means: a redirect (not followed: the receiver
     named the URL, and the signed body is for it alone), a 429 or a 5xx are retried;
@@ -110,11 +124,13 @@ def refusal(url: str, status: int) -> DeliveryError | None:
         return None
     if 300 <= status < 400:
         return DeliveryError(
-            f"{url} answered {status}, a redirect (not followed)", status_code=status
+            f"{receiver(url)} answered {status}, a redirect (not followed)", status_code=status
         )
     if status == 429 or status >= 500:
-        return DeliveryError(f"{url} answered {status}", status_code=status)
-    return DeliveryError(f"{url} answered {status}; not retried", status_code=status, final=True)
+        return DeliveryError(f"{receiver(url)} answered {status}", status_code=status)
+    return DeliveryError(
+        f"{receiver(url)} answered {status}; not retried", status_code=status, final=True
+    )
 
 
 class Notifier:
@@ -141,7 +157,7 @@ class Notifier:
             return future.result(deadline + 5.0)
         except concurrent.futures.TimeoutError as exc:
             future.cancel()
-            raise DeliveryError(f"{url} did not answer within {deadline:g} s") from exc
+            raise DeliveryError(f"{receiver(url)} did not answer within {deadline:g} s") from exc
 
     async def _post(self, url: str, body: str, headers: dict[str, str], deadline: float) -> int:
         if self._client is None:
@@ -156,9 +172,9 @@ class Notifier:
                 finally:
                     await response.aclose()
         except TimeoutError as exc:
-            raise DeliveryError(f"{url} did not answer within {deadline:g} s") from exc
+            raise DeliveryError(f"{receiver(url)} did not answer within {deadline:g} s") from exc
         except httpx.HTTPError as exc:
-            raise DeliveryError(f"could not reach {url}: {exc!r}") from exc
+            raise DeliveryError(f"could not reach {receiver(url)}: {exc!r}") from exc
         return response.status_code
 
     def _running(self) -> asyncio.AbstractEventLoop:

@@ -99,11 +99,18 @@ def _parsed(raw: str, kind: str) -> JsonValue:
             return number
         case _:
             try:
-                value: JsonValue = json.loads(raw)
-            except ValueError as exc:
-                raise ValueError(f"is not JSON: {exc}") from exc
-            refuse_unstorable(value, "the value")
-            return value
+                return _json(raw)
+            except RecursionError as exc:  # deeper than Python's recursion limit
+                raise ValueError("is nested too deeply") from exc
+
+
+def _json(raw: str) -> JsonValue:
+    try:
+        value: JsonValue = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"is not JSON: {exc}") from exc
+    refuse_unstorable(value, "the value")
+    return value
 
 
 def decision_of(

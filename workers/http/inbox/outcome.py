@@ -18,6 +18,7 @@ from loop.gate import denial, resolve
 from loop.state import PendingCall
 from workers.http.inbox.forms import Field, FormError, decision_of
 from workers.service.decisions import to_loop_decisions
+from workers.service.principals import ForbiddenError, Principal, authorise
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,13 @@ def summary(
     state: SuspendedRunState,
     form: Mapping[str, str],
     forms: Mapping[str, list[Field]],
+    *,
+    principal: Principal | None = None,
+    requested_by: str | None = None,
 ) -> Summary:
     """What the decision ``form`` makes would do to the turn ``state`` waits on; a form
-    the server would refuse gives the refusal instead."""
+    the server would refuse gives the refusal instead, as does a decision ``principal``
+    may not make (a call it holds no role for; its own run's, ``requested_by`` it)."""
     if agent is None:
         return Summary(error="this process does not know the run's agent")
     try:
@@ -71,8 +76,11 @@ def summary(
         if body.decision == "withdraw":
             return Summary()
         chosen = set(body.calls or ())
-        resolved = resolve(agent, state, to_loop_decisions(body.stored(), state))
-    except (FormError, DecisionError, ValueError) as exc:
+        decisions = to_loop_decisions(body.stored(), state)
+        if principal is not None:
+            authorise(principal, agent, state, decisions, requested_by=requested_by)
+        resolved = resolve(agent, state, decisions)
+    except (FormError, DecisionError, ValueError, ForbiddenError) as exc:
         return Summary(error=str(exc))
     outcomes = [
         _outcome(agent, state, number, call, decision, source=source, own=call.id in chosen)

@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from loop import Agent, DecisionError, StateError
+from loop import Agent, DecisionError, StateError, SuspendedRunState
 from persistence.domain import Run, RunStatus
 from persistence.store import UnknownRunError
 from workers.http.auth import Authenticator
@@ -161,9 +161,8 @@ class Inbox:
             transcript = [message(m) for m in state.transcript]
             for call in state.pending_calls:
                 forms[call.id] = fields_of(agent, call)
-        shown = (
-            summary(agent, state, {"decision": "approve", **(form or {})}, forms) if state else None
-        )
+        asked = {"decision": "approve", **(form or {})}
+        shown = self.summary(run, agent, state, asked, session) if state else None
         events = [event_view(e) for e in self.service.events(run.id)]
         if state is None:  # the checkpoint is the turn's; a run that moved on has its events
             transcript = story.transcript(events)
@@ -193,9 +192,21 @@ class Inbox:
             return self.page("summary.html", summary=Summary(error=str(exc)))
         if state is None or run.turn_digest != form.get("turn_digest"):
             return self.page("summary.html", summary=Summary(error=STALE))
-        agent = self.agent(run)
+        shown = self.summary(run, self.agent(run), state, form, session)
+        return self.page("summary.html", summary=shown)
+
+    def summary(
+        self,
+        run: Run,
+        agent: Agent | None,
+        state: SuspendedRunState,
+        form: Mapping[str, str],
+        session: Session,
+    ) -> Summary:
+        """What ``form`` would do, as the signed-in approver may make it."""
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
-        return self.page("summary.html", summary=summary(agent, state, form, forms))
+        by, requester = session.principal, run.requested_by
+        return summary(agent, state, form, forms, principal=by, requested_by=requester)
 
     def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
         try:

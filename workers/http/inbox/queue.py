@@ -14,10 +14,10 @@ from pydantic import JsonValue
 from loop import DecisionError, StateError
 from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError, parse_run_id
-from workers.http.inbox.present import NOTICES, ago, explained, line, until
+from workers.http.inbox.present import NOTICES, STALE, ago, explained, line, until
 from workers.service import ConflictError, DecisionResult, Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import ForbiddenError
+from workers.service.decisions import DecisionBody, to_loop_decisions
+from workers.service.principals import ForbiddenError, authorise
 from workers.service.sessions import Session
 from workers.service.views import pending_view
 
@@ -149,7 +149,8 @@ def bulk(service: Service, form: Mapping[str, str], session: Session) -> tuple[i
     if error is not None:
         return 422, {**context, "error": error, "results": [], "confirm": []}
     if form.get("confirmed") != "yes":
-        confirm = [_planned(service, run_id, form) for run_id in chosen]
+        decision: dict[str, JsonValue] = {"decision": action or "", "reason": reason}
+        confirm = [_planned(service, run_id, form, session, decision) for run_id in chosen]
         return 200, {**context, "error": None, "results": [], "confirm": confirm}
     body: dict[str, JsonValue] = {"decision": action or "", "reason": reason}
     results = [decide_one(service, run_id, form, session, body) for run_id in chosen]
@@ -176,10 +177,44 @@ def _bulk_refusal(
     return None if len(kinds) == 1 else "select runs of one agent waiting on the same tools"
 
 
-def _planned(service: Service, run_id: str, form: Mapping[str, str]) -> dict[str, Any]:
-    """A run of a bulk decision, as the confirmation lists it."""
-    shown = row(service, service.get_run(run_id))
-    return {**shown, "digest": form.get(f"digest.{run_id}") or ""}
+def _planned(
+    service: Service,
+    run_id: str,
+    form: Mapping[str, str],
+    session: Session,
+    decision: dict[str, JsonValue],
+) -> dict[str, Any]:
+    """A run of a bulk decision, as the confirmation lists it, with why its decision
+    would be refused: the turn the queue showed is no longer the one that waits, or
+    the signed-in approver may not make it."""
+    run = service.get_run(run_id)
+    digest = form.get(f"digest.{run_id}") or ""
+    return {
+        **row(service, run),
+        "digest": digest,
+        "refused": _refused(service, run, digest, session, decision),
+    }
+
+
+def _refused(
+    service: Service, run: Run, digest: str, session: Session, decision: dict[str, JsonValue]
+) -> str | None:
+    try:
+        state = service.pending(run)
+    except StateError as exc:
+        return str(exc)
+    if state is None or run.turn_digest != digest:
+        return STALE
+    if run.agent not in service.registry:
+        return None  # the decision says why
+    try:
+        body = DecisionBody.model_validate({"turn_digest": digest, **decision})
+        decisions = to_loop_decisions(body.stored(), state)
+        agent = service.registry.get(run.agent)
+        authorise(session.principal, agent, state, decisions, requested_by=run.requested_by)
+    except (ForbiddenError, DecisionError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def _kind(service: Service, run: Run) -> tuple[str, tuple[str, ...]]:
