@@ -115,6 +115,9 @@ def test_an_approver_walks_the_inbox_in_a_real_browser(  # noqa: PLR0915 - one w
     page.wait_for_url(f"{base}/inbox/runs/{run_id}")
     stale = context.new_page()
     stale.goto(f"{base}/inbox/runs/{run_id}")
+    # its approver starts a deny there: the page, following the run, keeps the form
+    stale.locator('input[name="decision"][value="deny"]').check()
+    stale.get_by_label("Reason (required to deny; the model is told)").fill("too late")
 
     # the model's markup is text: shown, never run
     assert page.get_by_text(HOSTILE_BODY).count() >= 1
@@ -150,9 +153,8 @@ def test_an_approver_walks_the_inbox_in_a_real_browser(  # noqa: PLR0915 - one w
     assert "ann" in timeline and "inbox" in timeline
     assert stack.executions()[f"send_note {run_id}:call_0_0"] == 1
 
-    # the stale tab cannot release what was decided
-    stale.locator('input[name="decision"][value="deny"]').check()
-    stale.get_by_label("Reason (required to deny; the model is told)").fill("too late")
+    # the stale tab says the run moved on, and cannot release what was decided
+    stale.locator("#moved-on").wait_for(timeout=15_000)
     stale.get_by_role("button", name="Submit decision").click()
     assert "this turn was already decided" in stale.locator("#error").inner_text()
 
