@@ -213,3 +213,47 @@ class Page:
 class Reclaimed:
     requeued: tuple[str, ...]
     failed: tuple[str, ...]
+
+
+GrantScope = Literal["call", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRecord:
+    """A standing grant (see ``persistence.models.GrantRow``)."""
+
+    id: str
+    agent: str
+    tool: str
+    scope: GrantScope
+    run_id: str | None
+    arguments: dict[str, JsonValue] | None
+    granted_by: str
+    auth: dict[str, JsonValue]
+    reason: str | None
+    source: dict[str, JsonValue]
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    revoked_by: str | None
+    uses: int
+    last_used_at: datetime | None
+
+    def live(self, now: datetime) -> bool:
+        return self.revoked_at is None and self.expires_at > now
+
+    def state(self, now: datetime) -> Literal["active", "revoked", "expired"]:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.expires_at > now else "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What a standing grant would release: the grants covering every asking call of a
+    turn, the decision they make and its audit event."""
+
+    grant_ids: tuple[str, ...]
+    approver: str
+    decision: dict[str, JsonValue]
+    event: dict[str, JsonValue]

@@ -308,3 +308,46 @@ class BeatJobRow(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     last_run_at: Mapped[datetime]
+
+
+class GrantRow(Base):
+    """A standing grant: an approver's approval of a tool's calls that stands for a
+    time, either of exactly the arguments it saw (``scope = 'call'``, any run of the
+    agent) or of any arguments within one run (``scope = 'run'``). It releases a turn
+    whose every asking call it covers, as its grantor's own approval would, until it
+    expires or is revoked; the releasing transaction locks and re-checks it."""
+
+    __tablename__ = "grants"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid(), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200))
+    tool: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str] = mapped_column(String(10))
+    run_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("agent_runs.id", ondelete="CASCADE")
+    )
+    """The run a ``run`` grant stands in (none for a ``call`` grant)."""
+    arguments_sha256: Mapped[str | None] = mapped_column(String(64))
+    """A ``call`` grant's key: the digest of the agent, the tool and the arguments."""
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The arguments approved (sealed when a key is set); none for a ``run`` grant."""
+    granted_by: Mapped[str] = mapped_column(String(200))
+    auth: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """How its grantor was authenticated and the roles it holds (``every_role`` for the
+    operator): what a release authorises the covered call by."""
+    reason: Mapped[str | None] = mapped_column(SafeText)
+    source: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The run, turn and call it was given on."""
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    last_used_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        Index("ix_grants_call", "arguments_sha256", sqlite_where=text("revoked_at IS NULL"),
+              postgresql_where=text("revoked_at IS NULL")),
+        Index("ix_grants_run", "run_id", "tool"),
+        Index("ix_grants_created", "created_at"),
+    )  # fmt: skip

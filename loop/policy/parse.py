@@ -192,12 +192,10 @@ class _Reader:
         value = self.entry.get("expires_in")
         if value is None:
             return None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return float(value)
-        found = _DURATION.match(value) if isinstance(value, str) else None
-        if found is None or float(found.group(1)) <= 0:
+        seconds = duration_seconds(value)
+        if seconds is None:
             raise self.fail("expires_in", 'expires_in is seconds or "30m", "2h", "1d"')
-        return float(found.group(1)) * _UNITS[found.group(2)]
+        return seconds
 
     def default(self) -> ExpiryDefault | None:
         value = self.entry.get("default")
@@ -244,3 +242,14 @@ def _plain(value: object) -> object:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+def duration_seconds(value: object) -> float | None:
+    """A positive duration, as seconds (a whole number) or ``"30m"``, ``"2h"``, ``"1d"``;
+    None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    found = _DURATION.match(value) if isinstance(value, str) else None
+    if found is None or float(found.group(1)) <= 0:
+        return None
+    return float(found.group(1)) * _UNITS[found.group(2)]

@@ -10,7 +10,8 @@
 - ``outbox``: outbound notifications (``OutboxStore``);
 - ``sessions``: the inbox's sign-ins (``SessionStore``);
 - ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``);
-- ``beat``: when each of beat's jobs last ran (``BeatJobs``).
+- ``beat``: when each of beat's jobs last ran (``BeatJobs``);
+- ``grants``: standing grants, and the suspension they release (``Grants``).
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
@@ -37,6 +38,7 @@ from persistence.store.context import Context
 from persistence.store.decisions import Decisions, Receipt
 from persistence.store.dialects import statements_for
 from persistence.store.events import Events
+from persistence.store.grants import Grants
 from persistence.store.ledger import Ledger, Prior
 from persistence.store.outbox import OutboxStore
 from persistence.store.queries import Queries
@@ -70,6 +72,7 @@ class RunStore:
         cipher = cipher or StateCipher()
         ctx = Context(conns, statements_for(conns, cipher, clock), cipher, clock)
         self.engine = engine
+        self.now: Clock = clock
         self.connections = conns
         self.runs = Runs(ctx)
         self.transitions = Transitions(ctx)
@@ -82,6 +85,7 @@ class RunStore:
         self.sessions = SessionStore(ctx)
         self.throttle = SignInThrottle(ctx)
         self.beat = BeatJobs(ctx)
+        self.grants = Grants(ctx, self.transitions)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

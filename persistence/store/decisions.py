@@ -74,6 +74,7 @@ class Decisions:
         sign_in: str | None = None,
         events: Sequence[Event] = (),
         expiry: bool = False,
+        grants: Sequence[dict[str, Any]] = (),
     ) -> DecisionOutcome:
         """One transaction: the decision row (unique per turn), waiting → queued, and
         ``events`` (the audit record of the decision), and the ``receipt`` of the
@@ -81,7 +82,8 @@ class Decisions:
         is made under, which must still be open; it is held (``FOR SHARE``) until the
         commit, so a sign-out waits for the decision or the decision sees it. ``expiry``:
         the expiry's own decision, which needs the approval expired where every other
-        needs it live.
+        needs it live. ``grants``: rows of the standing grants the decision gives
+        (``Grants.row``), inserted only when it is recorded.
 
         Exactly one concurrent caller records; the others learn whether theirs
         was the same decision (``duplicate``) or another (``conflict``).
@@ -94,13 +96,15 @@ class Decisions:
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
             # one statement (autocommit on PostgreSQL), or a transaction of a few
-            several = receipt is not None or sign_in is not None
+            several = receipt is not None or sign_in is not None or bool(grants)
             with self._ctx.conns.tx() if several else self._ctx.conns.one() as s:
                 if not signed_in(s, sign_in, now):
                     return SIGNED_OUT
                 self._keep(s, receipt, params)
                 if not self._ctx.sql.decide(s, params, row, events, expiry=expiry):
                     raise _NotWaitingError
+                if grants:
+                    s.execute(sql.GRANTS.insert(), list(grants))
         except (IntegrityError, _NotWaitingError):
             return self.explain(run_id, turn_digest, decision, receipt)
         return DecisionOutcome("recorded", record)

@@ -35,6 +35,7 @@ from persistence.models import (
     ApprovalRow,
     BeatJobRow,
     DecisionRow,
+    GrantRow,
     InboxSessionRow,
     OutboxRow,
     RunEventRow,
@@ -54,6 +55,7 @@ RECEIPTS = cast(Table, WebhookReceiptRow.__table__)
 SESSIONS = cast(Table, InboxSessionRow.__table__)
 FAILURES = cast(Table, SignInFailureRow.__table__)
 BEAT_JOBS = cast(Table, BeatJobRow.__table__)
+GRANTS = cast(Table, GrantRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

@@ -211,16 +211,16 @@ class Transitions:
         notify: str | None = None,
     ) -> bool:
         """running → waiting_for_approval, storing the checkpoint and the counters."""
-        values = self._counters(state) | {
-            "status": RunStatus.WAITING_FOR_APPROVAL.value,
-            "suspended_at": self._ctx.now(),
-            "expires_at": expires_at,
-            "lease_owner": None,
-            "lease_expires_at": None,
-            "attempts": 0,  # a segment ended: the next one is claimed afresh
-        }
-        guard = Guard(RUNNING, owner=owner)
+        values, guard = self.suspension(state, expires_at), Guard(RUNNING, owner=owner)
         return self._move_one(run_id, guard, values, events=events, calls=calls, notify=notify)
+
+    def suspension(self, state: SuspendedRunState, expires_at: datetime | None) -> dict[str, Any]:
+        """What a suspension writes to the run's row (``attempts``: a segment ended, the
+        next one is claimed afresh)."""
+        waiting = RunStatus.WAITING_FOR_APPROVAL.value
+        return self._counters(state) | {"status": waiting, "suspended_at": self._ctx.now()} | {
+            "expires_at": expires_at, "lease_owner": None, "lease_expires_at": None, "attempts": 0
+        }  # fmt: skip
 
     def checkpoint(
         self,

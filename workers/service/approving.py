@@ -10,9 +10,10 @@ from pydantic import JsonValue
 
 from loop import PendingCall, StateError, SuspendedRunState, check_decisions
 from loop.canonical import sha256_hex
-from persistence.domain import ApprovalRecord, DecisionOutcome, Run, RunStatus
+from persistence.domain import ApprovalRecord, DecisionOutcome, GrantRecord, Run, RunStatus
 from persistence.store import Event, Receipt, RunStore, UnknownRunError
 from workers.service.decisions import DecisionBody, to_loop_decisions
+from workers.service.grants import given, summary
 from workers.service.principals import AIRLOCK, Authority, Principal, approval_of, authorise
 from workers.service.registry import Registry, UnknownAgentError
 from workers.service.results import ConflictError, DecisionResult
@@ -58,7 +59,8 @@ class Approvals:
         if run is None:
             raise UnknownRunError(f"no run has id {run_id!r}")
         stored = body.stored()
-        receipt = _receipt(principal, webhook_id, body.turn_digest, stored)
+        asked = stored | ({"grant": body.grant.model_dump()} if body.grant else {})
+        receipt = _receipt(principal, webhook_id, body.turn_digest, asked)
         if principal is AIRLOCK:
             return self._expire(run, body, stored, receipt, also)
         if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest != body.turn_digest:
@@ -90,6 +92,9 @@ class Approvals:
         with its approval live, in its own statement (or under the row's lock)."""
         authority = self._authorise(run, stored, principal)
         payload = self._audit(body, principal, authority, stored)
+        grants = self._grants(run, body, principal, authority)
+        if grants:
+            payload["grants"] = [summary(g) for g, _ in grants]
         if authority.approves and authority.quorum > 1:
             return self._approve(
                 run,
@@ -109,8 +114,22 @@ class Approvals:
             receipt=receipt,
             sign_in=sign_in,
             events=[*also, ("decision", payload)],
+            grants=[self.store.grants.row(g, key) for g, key in grants],
         )
         return self._outcome(run.id, outcome, stored, principal, 1)
+
+    def _grants(
+        self, run: Run, body: DecisionBody, principal: Principal, authority: Authority
+    ) -> list[tuple[GrantRecord, str | None]]:
+        """The standing grants the decision gives (``body.grant``), worked out on the
+        turn it is authorised on."""
+        if body.grant is None:
+            return []
+        state = self.store.runs.load_state(run)
+        return given(
+            body.grant, principal=principal, run=run, state=state, authority=authority,
+            now=self.store.now(),
+        )  # fmt: skip
 
     def _expire(
         self,

@@ -27,6 +27,7 @@ from persistence.store import (
 )
 from workers.service.approving import Approvals
 from workers.service.decisions import DecisionBody
+from workers.service.grant_desk import GrantDesk
 from workers.service.keeper import Keeper
 from workers.service.outbound import (
     DeliveryReport,
@@ -81,6 +82,8 @@ class Service(Reads):
     (``AIRLOCK_OPERATOR_ROLES``)."""
     policy: PolicyHolder | None = None
     """The policy files (``AIRLOCK_POLICY``, ``AIRLOCK_POLICY_SHADOW``) turns are judged by."""
+    grants: GrantDesk = field(init=False, repr=False)
+    """Standing grants: list, show, revoke."""
     _segments: Segments = field(init=False, repr=False)
     _approvals: Approvals = field(init=False, repr=False)
 
@@ -98,6 +101,7 @@ class Service(Reads):
             policy=self.policy,
         )
         self._approvals = Approvals(self.store, self.registry, self._wake)
+        self.grants = GrantDesk(self.store, self.operator_roles)
 
     # -- start ---------------------------------------------------------------------
 

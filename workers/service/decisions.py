@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
 from loop.decisions import Decisions
+from loop.policy.parse import duration_seconds
 from workers.service.principals import check_name
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
@@ -51,6 +52,37 @@ class CallDecisionBody(TextBody):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+MAX_GRANT_SECONDS = 30 * 86400
+"""The longest a standing grant may stand (30 days)."""
+
+
+class GrantBody(BaseModel):
+    """``{scope, expires_in}``: the decision's approval of each call it approves as
+    asked stands for ``expires_in`` (seconds, or ``"30m"``, ``"8h"``, ``"2d"``; at most
+    30 days): for a repeat of exactly the same call by the agent (``call``), or for any
+    call of the same tool in this run (``run``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    scope: Literal["call", "run"]
+    expires_in: int | str
+
+    @field_validator("expires_in")
+    @classmethod
+    def _duration(cls, value: int | str) -> int | str:
+        seconds = duration_seconds(value)
+        if seconds is None:
+            raise ValueError('expires_in is seconds or "30m", "8h", "2d"')
+        if seconds > MAX_GRANT_SECONDS:
+            raise ValueError("a standing grant stands for at most 30 days")
+        return value
+
+    @property
+    def seconds(self) -> float:
+        seconds = duration_seconds(self.expires_in)
+        assert seconds is not None, "validated"
+        return seconds
+
+
 class DecisionBody(TextBody):
     """``{turn_digest, decision, reason?, approver?, calls?}``: what an approver sends.
     ``withdraw`` takes back the sender's approval toward a quorum (never stored as a
@@ -62,6 +94,9 @@ class DecisionBody(TextBody):
     reason: str | None = Field(default=None, max_length=2000)
     approver: str | None = Field(default=None, max_length=200)
     calls: dict[str, CallDecisionBody] | None = None
+    grant: GrantBody | None = None
+    """A standing grant of the calls it approves as asked (never part of the decision
+    recorded: ``stored``)."""
 
     @field_validator("approver")
     @classmethod
@@ -72,6 +107,10 @@ class DecisionBody(TextBody):
     def _withdrawal(self) -> DecisionBody:
         if self.decision == "withdraw" and self.calls:
             raise ValueError("a withdrawal takes back a whole approval: it names no calls")
+        if self.grant is not None and self.decision != "approve":
+            approving = any(c.decision == "approve" for c in (self.calls or {}).values())
+            if not approving:
+                raise ValueError("a standing grant is given with an approval")
         return self
 
     def stored(self) -> dict[str, JsonValue]:

@@ -31,6 +31,7 @@ from persistence.store import Clock, Event, LeaseLostError, RunStore
 from workers.service.backoff import backoff
 from workers.service.decisions import to_loop_decisions
 from workers.service.events import Pending, RunEventSink
+from workers.service.grants import release_for
 from workers.service.keeper import Keeper
 from workers.service.ledger import LedgerExecutor
 from workers.service.policy_file import PolicyHolder
@@ -175,6 +176,9 @@ class Segments:
         row = self.store.runs.require(run.id)
         return self.policy.for_run(row.requested_by, row.metadata)
 
+    def _requester(self, run: Claim) -> str | None:
+        return self.store.runs.require(run.id).requested_by
+
     def _decision(
         self, run: Claim, state: SuspendedRunState
     ) -> tuple[dict[str, JsonValue], str | None]:
@@ -198,7 +202,22 @@ class Segments:
         expires = _expires(self.clock(), agent, state)
         events, calls = pending
         notify = self.notifies("run.waiting_for_approval")
-        if not self.store.transitions.suspend(
+        release = release_for(self.store, agent, state, lambda: self._requester(run))
+        if release is not None:
+            moved = self.store.grants.suspend(
+                run.id, owner, state, expires,
+                release=release, events=events, calls=calls, notify=notify,
+            )  # fmt: skip
+            if moved == "lost":
+                return self._lease_lost(run, owner)
+            if moved == "released":
+                log.info(
+                    "released by standing grants",
+                    extra={"action": "segment.granted", "run_id": run.id},
+                )
+                self.wake(run.id, None)
+                return SegmentResult(Outcome.SUSPENDED)
+        elif not self.store.transitions.suspend(
             run.id, owner, state, expires, events=events, calls=calls, notify=notify
         ):
             return self._lease_lost(run, owner)

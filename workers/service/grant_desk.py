@@ -1,0 +1,64 @@
+"""Listing and revoking standing grants (``Service.grants``)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Literal
+
+from persistence.domain import GrantRecord
+from persistence.store import RunStore, UnknownRunError
+from workers.service.grants import UnknownGrantError, summary
+from workers.service.principals import ForbiddenError, Principal
+from workers.service.results import ConflictError
+
+
+@dataclass
+class GrantDesk:
+    """Listing and revoking grants (``Service.grants``)."""
+
+    store: RunStore
+    operator_roles: frozenset[str]
+
+    def list(
+        self, *, state: Literal["active", "all"] = "active", agent: str | None = None,
+        limit: int = 100,
+    ) -> list[GrantRecord]:  # fmt: skip
+        return self.store.grants.list(active=state == "active", agent=agent, limit=limit)
+
+    def get(self, grant_id: str) -> GrantRecord:
+        found = self.store.grants.get(grant_id)
+        if found is None:
+            raise UnknownGrantError(f"no grant has id {grant_id!r}")
+        return found
+
+    def revoke(self, grant_id: str, *, by: Principal) -> GrantRecord:
+        """Revoke a live grant on ``by``'s authority (the operator, its grantor, or a
+        holder of an operator role): from its commit, no turn is released by it; a
+        release that holds it is waited for. A ``grant_revoked`` event is added to the
+        run it was given on. Raises ``UnknownGrantError``, ``ForbiddenError``,
+        ``ConflictError`` (already revoked, or expired)."""
+        grant = self.get(grant_id)
+        if not (by.every_role or by.id == grant.granted_by or by.roles & self.operator_roles):
+            raise ForbiddenError(
+                f"{by.id} may not revoke grant {grant.id}: only its grantor "
+                f"({grant.granted_by}), the operator or a holder of "
+                f"{' or '.join(sorted(self.operator_roles)) or 'an operator role'}"
+            )
+        result, found = self.store.grants.revoke(grant.id, by.id)
+        if found is None:
+            raise UnknownGrantError(f"no grant has id {grant_id!r}")
+        if result != "revoked":
+            when = (
+                f"was revoked by {found.revoked_by} at {found.revoked_at:%Y-%m-%d %H:%M:%S}Z"
+                if found.revoked_at
+                else f"expired at {found.expires_at:%Y-%m-%d %H:%M:%S}Z"
+            )
+            raise ConflictError(f"grant {found.id} {when}")
+        source_run = found.source.get("run_id")
+        if isinstance(source_run, str):
+            payload = {**summary(found), "revoked_by": by.id, "auth": by.auth([])}
+            # its run may be purged: the grant's row keeps who revoked it
+            with contextlib.suppress(UnknownRunError):
+                self.store.events.append_event(source_run, "grant_revoked", payload)
+        return found
