@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from persistence import schema
 from persistence.db import ConfigurationError
-from workers.cli import policy, runs
+from workers.cli import grants, policy, runs
 from workers.cli.app import (
     NOT_READY,
     PASSTHROUGH,
@@ -31,7 +31,7 @@ from workers.cli.output import console, errors, fail, without_password
 from workers.service import SweeperState
 from workers.service.settings import settings
 
-__all__ = ["app", "main", "policy", "runs", "service"]
+__all__ = ["app", "grants", "main", "policy", "runs", "service"]
 
 # -- schema and processes -----------------------------------------------------------------
 

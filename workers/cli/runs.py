@@ -13,7 +13,7 @@ import typer
 from pydantic import JsonValue, ValidationError
 from rich.table import Table
 
-from persistence.domain import RunStatus
+from persistence.domain import GrantScope, RunStatus
 from persistence.store import UnknownRunError
 from workers.cli.app import JsonOption, app, require_run, runs_app, service
 from workers.cli.output import (
@@ -26,7 +26,7 @@ from workers.cli.output import (
     progress_bar,
 )
 from workers.service import ConflictError
-from workers.service.decisions import CallDecisionBody, DecisionBody
+from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
 from workers.service.principals import Principal
 from workers.service.views import event_summary, event_view, run_view, sweeper_view
 
@@ -223,7 +223,7 @@ DigestOption = Annotated[
 
 
 @app.command()
-def approve(
+def approve(  # noqa: PLR0917 - a command's options
     run_id: str,
     call: Annotated[
         list[str] | None,
@@ -232,18 +232,30 @@ def approve(
     reason: Annotated[str | None, typer.Option(help="Why (for the audit).")] = None,
     approver: ApproverOption = None,
     digest: DigestOption = None,
+    grant: Annotated[
+        GrantScope | None,
+        typer.Option(
+            help="Also grant what you approve, for --for: a repeat of exactly this call "
+            "(call) or this tool in this run (run) is then released without asking.",
+        ),
+    ] = None,
+    grant_for: Annotated[
+        str, typer.Option("--for", help='How long the grant stands ("30m", "8h", "2d").')
+    ] = "1h",
 ) -> None:
     """Approve the turn the run waits on (or, with --call, some of its calls)."""
 
     def body(digest: str) -> DecisionBody:
+        given = GrantBody(scope=grant, expires_in=grant_for) if grant else None
         if not call:
-            return DecisionBody(turn_digest=digest, decision="approve", reason=reason)
+            return DecisionBody(turn_digest=digest, decision="approve", reason=reason, grant=given)
         calls = {c: CallDecisionBody(decision="approve") for c in call}
         return DecisionBody(
             turn_digest=digest,
             decision="deny",
             reason=reason or "not selected for approval",
             calls=calls,
+            grant=given,
         )
 
     _decide(run_id, body, approver, digest)

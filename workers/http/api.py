@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from persistence.domain import Run, RunStatus
-from workers.http import inbox, streams
+from workers.http import grants, inbox, streams
 from workers.http.auth import Authenticator
 from workers.http.guard import BodyGate, Gate
 from workers.http.handlers import CreateRun, Handlers, caller_of, explain
@@ -76,6 +76,7 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     app.add_middleware(SchemaGate, watch=watch)
     app.add_middleware(BodyGate, gate=gate_of(auth), metrics=metrics)
     _run_routes(app, handlers)
+    grants.mount(app, handlers)
     _plain_routes(app, handlers)
     app.state.hubs = hubs = Hubs(service)
     hubs.measured(metrics.registry)
