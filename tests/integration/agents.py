@@ -23,7 +23,14 @@ from loop import (
     ToolContext,
     tool,
 )
-from loop.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage
+from loop.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from loop.tools import ToolSchema
 
 
@@ -176,6 +183,14 @@ class RefundModel:
         return ModelResponse(AssistantMessage(tool_calls=(call,)), Usage())
 
 
+class AskedRefundModel:
+    """A refund of the amount the run's input ends with (``refund order 17: 5000``)."""
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        asked = next(m for m in transcript if isinstance(m, UserMessage)).content
+        return RefundModel(int(asked.rsplit(" ", 1)[-1])).complete(transcript, tools)
+
+
 HOSTILE_BODY = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 
@@ -246,6 +261,7 @@ AGENTS = [
     Agent(name="refund_small", model=RefundModel(5_000), tools=[refund]),
     Agent(name="refund_large", model=RefundModel(25_000), tools=[refund]),
     Agent(name="refund_huge", model=RefundModel(600_000), tools=[refund]),
+    Agent(name="refund_asked", model=AskedRefundModel(), tools=[refund]),
     _agent(
         "expires_cancel", w1(), approval_ttl=timedelta(seconds=1), on_expiry=ExpiryAction.CANCEL
     ),
