@@ -19,7 +19,7 @@ from workers.service import Service
 from workers.service.decisions import DecisionBody
 from workers.service.principals import Principal
 from workers.service.registry import Registry
-from workers.service.views import event_view
+from workers.service.views import event_summary, event_view
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -341,3 +341,39 @@ def test_runs_events_follow_prints_each_event_once_until_the_run_ends(
     assert events[-1]["kind"] == "completed"
     unknown = airlock("runs", "events", "nope", "--follow", env=cli_env, cwd=tmp_path)
     assert unknown.returncode == 4
+
+
+def test_approve_with_a_grant_then_list_and_revoke_it(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    first = waiting(service)
+    bad = airlock("approve", first, "--grant", "call", "--for", "40d", env=cli_env, cwd=tmp_path)
+    assert bad.returncode == 2 and "30 days" in bad.stderr
+    assert service.store.runs.require(first).status is RunStatus.WAITING_FOR_APPROVAL
+    granted = airlock(
+        "approve", first, "--as", "olga", "--grant", "call", "--for", "2h",
+        env=cli_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    listed = json.loads(airlock("grants", "list", "--json", env=cli_env, cwd=tmp_path).stdout)
+    (grant,) = listed["grants"]
+    assert (grant["granted_by"], grant["tool"], grant["scope"]) == ("olga", "send_email", "call")
+    table = airlock("grants", "list", env=cli_env, cwd=tmp_path)
+    assert grant["id"] in table.stdout and "active" in table.stdout
+
+    service.run_segment(first, "cli-test")
+    repeat, _ = service.start_run("w1", "mail")  # the same script: the same call
+    service.run_segment(repeat.id, "cli-test")
+    assert service.store.runs.require(repeat.id).status is RunStatus.QUEUED
+    shown = airlock("runs", "events", repeat.id, "--json", env=cli_env, cwd=tmp_path)
+    (decision,) = [e["payload"] for e in json.loads(shown.stdout) if e["kind"] == "decision"]
+    assert (decision["source"], decision["approver"]) == ("grant", "olga")
+    assert event_summary("decision", decision) == "approve by olga via grant"
+
+    revoked = airlock("grants", "revoke", grant["id"], env=cli_env, cwd=tmp_path)
+    assert revoked.returncode == 0 and "revoked (1 release(s)" in revoked.stdout
+    again = airlock("grants", "revoke", grant["id"], env=cli_env, cwd=tmp_path)
+    assert again.returncode == 1 and "was revoked" in again.stderr
+    unknown = airlock("grants", "show", "nope", env=cli_env, cwd=tmp_path)
+    assert unknown.returncode == 4 and "no grant has id 'nope'" in unknown.stderr
+    assert "no grants stand now" in airlock("grants", "list", env=cli_env, cwd=tmp_path).stdout

@@ -277,7 +277,13 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
             client = auth.get("client") if isinstance(auth, dict) else None
             via = f"{payload.get('source')}" + (f" (client {client})" if client else "")
             why = f": {payload['reason']}" if payload.get("reason") else ""
+            granted = payload.get("grants")
+            if isinstance(granted, list) and granted:  # given with this decision
+                why += f" (and granted {', '.join(str(g.get('scope')) for g in granted)})"
             return f"{verb}{tally} by {payload.get('approver')} via {via}{why}"
+        case "grant_revoked":
+            grant = f"grant {str(payload.get('id'))[:8]} ({payload.get('tool')})"
+            return f"{grant} revoked by {payload.get('revoked_by')}"
         case "suspended":
             return "waiting on " + ", ".join(str(c.get("name")) for c in payload.get("calls", []))
         case _:
