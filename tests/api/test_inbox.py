@@ -574,3 +574,22 @@ def test_a_search_for_any_text_answers_the_queue(api: Api) -> None:
             assert answer.status_code == 200, (q, path)
     listed = api.client.get("/v1/runs", params={"agent": "w1\x00"}, headers=api.headers())
     assert listed.status_code in (200, 422), listed.text
+
+
+def test_an_approver_grants_from_the_run_page_and_a_bad_grant_changes_nothing(
+    api: Api, issuer: Issuer
+) -> None:
+    run_id = api.waiting("payments")["id"]
+    sign_in(api, token=issuer.token("paula", ["payments"]))
+    page = run_page(api, run_id)
+    assert 'name="grant_scope"' in page and "for a repeat of exactly these calls" in page
+    refused = decide(api, run_id, grant_scope="forever", grant_for="8h")
+    assert refused.status_code == 422 and "scope" in refused.text
+    refused = decide(api, run_id, grant_scope="call", grant_for="90d")
+    assert refused.status_code == 422 and "30 days" in refused.text
+    assert api.service.grants.list(state="all") == []
+    assert api.service.get_run(run_id).status.value == "waiting_for_approval"
+    assert decide(api, run_id, grant_scope="call", grant_for="8h").status_code == 303
+    (grant,) = api.service.grants.list()
+    assert (grant.granted_by, grant.tool, grant.scope) == ("paula", "pay", "call")
+    assert (grant.expires_at - grant.created_at).total_seconds() == 8 * 3600

@@ -153,6 +153,9 @@ def decision_of(
     }
     if per_call:
         body["calls"] = per_call
+    scope = form.get("grant_scope") or ""
+    if scope:  # a standing grant of what this approves as asked (GrantBody checks it)
+        body["grant"] = {"scope": scope, "expires_in": form.get("grant_for") or "1h"}
     try:
         return DecisionBody.model_validate(body)
     except ValidationError as exc:
