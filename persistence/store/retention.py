@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select
 
 from persistence.domain import TERMINAL
 from persistence.store.context import Context
-from persistence.store.sql import RUNS
+from persistence.store.sql import GRANTS, RUNS
 
 
 class Retention:
@@ -24,7 +24,8 @@ class Retention:
         progress: Callable[[int], None] | None = None,
     ) -> int:
         """Delete finished runs whose last activity is older than the window, with their
-        events, ledger, decisions and notifications, one bounded batch per transaction."""
+        events, ledger, decisions and notifications, one bounded batch per transaction;
+        and the standing grants that ended (expired or revoked) before the window."""
         cutoff = self._ctx.now() - older_than
         removed = 0
         finished = RUNS.c.status.in_([t.value for t in TERMINAL])
@@ -44,6 +45,8 @@ class Retention:
                     .returning(RUNS.c.id)
                 ).all()
                 if not ids:
+                    ended = or_(GRANTS.c.expires_at < cutoff, GRANTS.c.revoked_at < cutoff)
+                    s.execute(delete(GRANTS).where(ended))
                     return removed
             removed += len(ids)
             if progress is not None:

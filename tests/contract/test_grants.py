@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -203,6 +204,11 @@ def test_a_grant_expires(service: Service, clock: FakeClock) -> None:
     (grant,) = service.grants.list(state="all")
     with pytest.raises(ConflictError, match="expired"):
         service.grants.revoke(grant.id, by=OPS)
+    service.purge(timedelta(days=1))
+    assert service.grants.list(state="all") == [grant]  # ended within the window: kept
+    clock.advance(days=2)
+    service.purge(timedelta(days=1))
+    assert service.grants.list(state="all") == []
 
 
 def test_bad_grants_are_refused_and_change_nothing(service: Service) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from persistence.domain import GrantRecord
@@ -25,6 +26,10 @@ class GrantDesk:
         limit: int = 100,
     ) -> list[GrantRecord]:  # fmt: skip
         return self.store.grants.list(active=state == "active", agent=agent, limit=limit)
+
+    def now(self) -> datetime:
+        """The store's clock (whether a grant stands is judged by it)."""
+        return self.store.now()
 
     def get(self, grant_id: str) -> GrantRecord:
         found = self.store.grants.get(grant_id)

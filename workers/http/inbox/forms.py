@@ -153,11 +153,18 @@ def decision_of(
     }
     if per_call:
         body["calls"] = per_call
-    scope = form.get("grant_scope") or ""
-    if scope:  # a standing grant of what this approves as asked (GrantBody checks it)
-        body["grant"] = {"scope": scope, "expires_in": form.get("grant_for") or "1h"}
+    body |= _grant(form)
     try:
         return DecisionBody.model_validate(body)
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]) for e in exc.errors(include_url=False))
         raise FormError(problems) from exc
+
+
+def _grant(form: Mapping[str, str]) -> dict[str, Any]:
+    """A standing grant of what the decision approves as asked, if one was chosen
+    (``GrantBody`` checks it)."""
+    scope = form.get("grant_scope") or ""
+    if not scope:
+        return {}
+    return {"grant": {"scope": scope, "expires_in": form.get("grant_for") or "1h"}}
