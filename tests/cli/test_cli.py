@@ -377,3 +377,16 @@ def test_approve_with_a_grant_then_list_and_revoke_it(
     unknown = airlock("grants", "show", "nope", env=cli_env, cwd=tmp_path)
     assert unknown.returncode == 4 and "no grant has id 'nope'" in unknown.stderr
     assert "no grants stand now" in airlock("grants", "list", env=cli_env, cwd=tmp_path).stdout
+
+
+def test_run_with_the_broker_out_of_reach_says_so_in_one_line(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    env = cli_env | {"AIRLOCK_BROKER_URL": "redis://127.0.0.1:9/0"}  # nothing listens
+    result = airlock("run", "w1", "mail", "--json", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr  # queued in the database all the same
+    run_id = json.loads(result.stdout)["id"]
+    assert service.store.runs.require(run_id).status is RunStatus.QUEUED
+    assert "Traceback" not in result.stderr
+    assert "could not publish the run's wake-up" in result.stderr
+    assert "sweeper re-sends it" in result.stderr

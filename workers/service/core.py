@@ -154,21 +154,21 @@ class Service(Reads):
             return
         try:
             self.notify(event_type, run_id)
-        except Exception:  # recorded in the outbox: the beat's delivery sends it
+        except Exception as exc:  # recorded in the outbox: the beat's delivery sends it
             log.warning(
-                "could not wake a deliverer; the beat will deliver the notification",
+                f"could not wake a deliverer ({_one_line(exc)}); "
+                "the beat will deliver the notification",
                 extra={"action": "notify.wake_failed", "run_id": run_id},
-                exc_info=True,
             )
 
     def _wake(self, run_id: str, delay: float | None = None) -> None:
         try:
             self.enqueue(run_id, delay)
-        except Exception:  # the run is queued in the database; the sweeper re-sends
+        except Exception as exc:  # the run is queued in the database; the sweeper re-sends
             log.warning(
-                "could not publish wake-up; the sweeper will re-send it",
+                f"could not publish the run's wake-up ({_one_line(exc)}); it stays queued "
+                "in the database and beat's sweeper re-sends it",
                 extra={"action": "run.enqueue_failed", "run_id": run_id},
-                exc_info=True,
             )
 
     # -- segments ------------------------------------------------------------------
@@ -373,3 +373,9 @@ def _request(
     if requested_by is not None:
         request["requested_by"] = requested_by
     return request
+
+
+def _one_line(exc: BaseException) -> str:
+    """An expected failure (a broker out of reach) as one line, not a traceback."""
+    first = (str(exc).splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
