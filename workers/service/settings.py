@@ -6,6 +6,7 @@ import base64
 import re
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from kombu.utils.url import maybe_sanitize_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -47,6 +48,13 @@ def split_roles(value: str) -> list[str]:
 
 DEFAULT_CLIENT = "default"
 """The approval client that ``AIRLOCK_WEBHOOK_SECRET`` is."""
+
+
+_KOMBU_URL_PARTS = frozenset(
+    {"password", "userid", "hostname", "port", "virtual_host", "transport"}
+)
+"""What kombu's ``parse_url`` takes from a URL's own parts (a query naming one again
+fails with a TypeError when the worker starts)."""
 
 
 class Settings(BaseSettings):
@@ -117,6 +125,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "must be redis://…, rediss://…, amqp://…, sqla+… or filesystem://,"
                 f" got {hide_query_password(maybe_sanitize_url(value))!r}"
+            )
+        taken = sorted(set(parse_qs(urlsplit(value).query)) & _KOMBU_URL_PARTS)
+        if taken:  # kombu reads these from the URL's own parts and fails on a second one
+            raise ValueError(
+                f"{', '.join(taken)} cannot be a query parameter of the broker URL: give it "
+                "in the URL itself (redis://:PASSWORD@host:6379/0, amqp://USER:PASSWORD@host)"
             )
         return value
 
