@@ -94,6 +94,16 @@ def test_the_environment_wins_and_is_not_kept(tmp_path: Path) -> None:
     assert "a-token-of-my-own" not in first.file.read_text()
 
 
+def test_secrets_all_given_are_neither_made_nor_kept(tmp_path: Path) -> None:
+    given = dev_secrets(tmp_path, {TOKEN: "a-token-of-my-own", SECRET: "whsec_given"})
+    assert set(given.origins.values()) == {"environment"}
+    assert not given.file.exists()
+    only_token = dev_secrets(tmp_path, {TOKEN: "a-token-of-my-own"})
+    assert only_token.origins == {TOKEN: "environment", SECRET: "new"}
+    assert "a-token-of-my-own" not in only_token.file.read_text()
+    assert TOKEN not in only_token.file.read_text()  # nothing made for a given variable
+
+
 def test_a_kept_file_readable_by_others_is_made_private(tmp_path: Path) -> None:
     first = dev_secrets(tmp_path, {})
     os.chmod(first.file, 0o644)

@@ -265,7 +265,11 @@ def dev_secrets(home: Path, environ: Mapping[str, str], *, renew: bool = False) 
     if file.exists() and not renew:
         file.chmod(0o600)
         kept = {k: v for k, v in dotenv_values(file).items() if k in DEV_SECRETS and v}
-    minted = {name: make() for name, make in DEV_SECRETS.items() if name not in kept}
+    minted = {
+        name: make()
+        for name, make in DEV_SECRETS.items()
+        if name not in kept and not environ.get(name)  # one given is neither made nor kept
+    }
     if minted:
         _keep(file, kept | minted)
     values: dict[str, str] = {}
