@@ -593,3 +593,37 @@ def test_an_approver_grants_from_the_run_page_and_a_bad_grant_changes_nothing(
     (grant,) = api.service.grants.list()
     assert (grant.granted_by, grant.tool, grant.scope) == ("paula", "pay", "call")
     assert (grant.expires_at - grant.created_at).total_seconds() == 8 * 3600
+
+
+def test_the_grants_page_lists_grants_and_revokes_one_with_authority(
+    api: Api, issuer: Issuer
+) -> None:
+    run_id = api.waiting("payments")["id"]
+    sign_in(api, token=issuer.token("paula", ["payments"]))
+    assert decide(api, run_id, grant_scope="call", grant_for="1h").status_code == 303
+    (grant,) = api.service.grants.list()
+    page = api.client.get("/inbox/grants")
+    assert page.status_code == 200 and "paula" in page.text and "INV-7" in page.text
+    assert f"/inbox/grants/{grant.id}/revoke" in page.text
+
+    sign_in(api, token=issuer.token("sam", ["payments"]))  # neither grantor nor operator
+    token = csrf(api.client.get("/inbox/grants").text)
+    refused = api.client.post(f"/inbox/grants/{grant.id}/revoke", data={"csrf": token})
+    assert refused.status_code == 403 and "sam may not revoke" in refused.text
+    forged = api.client.post(f"/inbox/grants/{grant.id}/revoke", data={"csrf": "x"})
+    assert forged.status_code in (400, 403)
+    assert api.service.grants.get(grant.id).revoked_at is None
+
+    sign_in(api, token=issuer.token("paula", ["payments"]))
+    token = csrf(api.client.get("/inbox/grants").text)
+    revoked = api.client.post(
+        f"/inbox/grants/{grant.id}/revoke", data={"csrf": token}, follow_redirects=False
+    )
+    assert revoked.status_code == 303
+    assert api.service.grants.get(grant.id).revoked_by == "paula"
+    again = api.client.post(f"/inbox/grants/{grant.id}/revoke", data={"csrf": token})
+    assert again.status_code == 409 and "was revoked by paula" in again.text
+    assert "No grant stands now" in api.client.get("/inbox/grants").text
+    assert "paula" in api.client.get("/inbox/grants?state=all").text
+    missing = api.client.post("/inbox/grants/nope/revoke", data={"csrf": token})
+    assert missing.status_code == 404 and "no grant has id" in missing.text

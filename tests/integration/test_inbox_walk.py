@@ -174,11 +174,15 @@ def test_axe_finds_no_serious_violation_on_a_desktop_or_a_phone(inbox: Inbox, sc
         page.locator('[id="edit.call_0_1.amount"]').fill("5")
         page.locator("#summary [data-outcome]", has_text="amount = 5").wait_for()
         found[f"{device} run"] = audit(page)
+        page.get_by_label("Let the approval stand (a standing grant)").select_option("call")
         page.get_by_role("button", name="Submit decision").click()
         page.wait_for_url(f"{inbox.base}/inbox/runs/{run_id}?notice=recorded")
         inbox.stack.wait_status(run_id, RunStatus.COMPLETED)
         page.reload()
         found[f"{device} decided run"] = audit(page)
+        page.goto(f"{inbox.base}/inbox/grants")
+        assert page.get_by_role("button", name="Revoke").count() >= 1  # the unedited call's
+        found[f"{device} grants"] = audit(page)
         page.context.close()
         run_id = inbox.start("two_notes")
     assert {where: v for where, v in found.items() if v} == {}

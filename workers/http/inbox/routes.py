@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
+from workers.http.inbox import grants
 from workers.http.inbox.pages import HEADERS, HERE, Inbox
 from workers.http.problems import ProblemError
 from workers.service.sessions import COOKIE, ThrottledError
@@ -16,6 +17,7 @@ def router(inbox: Inbox) -> APIRouter:
     routes = APIRouter()
     _sign_in(routes, inbox)
     _pages(routes, inbox)
+    grants.mount(routes, inbox)
     return routes
 
 
