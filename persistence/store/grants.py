@@ -188,6 +188,8 @@ class Grants:
         self, *, active: bool = True, agent: str | None = None, limit: int = 100
     ) -> list[GrantRecord]:
         """Grants, newest first: only those live now when ``active``."""
+        if agent is not None and "\x00" in agent:  # no agent's name (no PostgreSQL text)
+            return []
         query = select(GRANTS).order_by(GRANTS.c.created_at.desc(), GRANTS.c.id).limit(limit)
         if active:
             now = self._ctx.now()
