@@ -26,7 +26,7 @@ def grants_list(
 ) -> None:
     """List the grants that stand now (with --all, every grant), newest first."""
     svc = service()
-    now = svc.store.now()
+    now = svc.grants.now()
     found = svc.grants.list(state="all" if all_ else "active", agent=agent, limit=limit)
     if as_json:
         emit({"grants": [view(g, now) for g in found]})
@@ -47,7 +47,7 @@ def grants_list(
 def grants_show(grant_id: str) -> None:
     """One grant, as JSON (its arguments too)."""
     svc = service()
-    emit(view(svc.grants.get(grant_id), svc.store.now()))
+    emit(view(svc.grants.get(grant_id), svc.grants.now()))
 
 
 @grants_app.command("revoke")

@@ -23,17 +23,17 @@ def mount(app: FastAPI, handlers: Handlers) -> None:
         agent: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> SafeJSONResponse:
-        now = service.store.now()
+        now = service.grants.now()
         found = service.grants.list(state=state, agent=agent, limit=limit)
         grants: list[JsonValue] = [view(g, now) for g in found]
         return SafeJSONResponse({"grants": grants})
 
     @app.get("/v1/grants/{grant_id}")
     def get_grant(grant_id: str) -> SafeJSONResponse:
-        return SafeJSONResponse(view(service.grants.get(grant_id), service.store.now()))
+        return SafeJSONResponse(view(service.grants.get(grant_id), service.grants.now()))
 
     @app.post("/v1/grants/{grant_id}/revoke")
     def revoke_grant(grant_id: str, request: Request) -> SafeJSONResponse:
         by = handlers.principal_of(caller_of(request.scope))
         revoked = service.grants.revoke(grant_id, by=by)
-        return SafeJSONResponse(view(revoked, service.store.now()))
+        return SafeJSONResponse(view(revoked, service.grants.now()))
