@@ -193,7 +193,7 @@ class _Reader:
         if value is None:
             return None
         seconds = duration_seconds(value)
-        if seconds is None:
+        if seconds is None or not math.isfinite(seconds):
             raise self.fail("expires_in", 'expires_in is seconds or "30m", "2h", "1d"')
         return seconds
 
@@ -246,9 +246,13 @@ def _plain(value: object) -> object:
 
 def duration_seconds(value: object) -> float | None:
     """A positive duration, as seconds (a whole number) or ``"30m"``, ``"2h"``, ``"1d"``;
-    None for anything else."""
+    None for anything else. ``inf`` for one too long for a float (``10**400``, or 400
+    digits and a unit): the caller's upper bound refuses it."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int too large for a float
+            return math.inf
     found = _DURATION.match(value) if isinstance(value, str) else None
     if found is None or float(found.group(1)) <= 0:
         return None

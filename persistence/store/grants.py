@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import JsonValue
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
 from loop import SuspendedRunState
@@ -19,9 +19,10 @@ from persistence.domain import CallRecord, DecisionRecord, GrantRecord, Release
 from persistence.store import sql
 from persistence.store.common import Event, parse_run_id
 from persistence.store.context import Context
+from persistence.store.dialects import Writes
 from persistence.store.transitions import RUNNING, Guard, Transitions
 
-GRANTS, DECISIONS = sql.GRANTS, sql.DECISIONS
+GRANTS, DECISIONS, RUNS = sql.GRANTS, sql.DECISIONS, sql.RUNS
 
 Suspended = Literal["released", "waiting", "lost"]
 """``released``: grants decided the turn, the run is queued; ``waiting``: it waits for
@@ -108,7 +109,10 @@ class Grants:
         values = self._transitions.suspension(state, expires_at)
         try:
             with self._ctx.conns.tx() as s:
-                held = self._lock_live(s, ids, now)
+                # an approval that expires before it could be given (a policy's
+                # expires_in of a few milliseconds) is for the expiry to settle
+                live_turn = expires_at is None or expires_at > now
+                held = live_turn and self._lock_live(s, ids, now)
                 guard = Guard(RUNNING, owner=owner)
                 moved = self._transitions.move(
                     s, run_id, guard, values, events=events, calls=calls,
@@ -156,10 +160,15 @@ class Grants:
         # the run was moved to wait on this turn by this transaction, its approval live
         assert decided, "a turn suspended in this transaction waits on it"
 
-    def revoke(self, grant_id: str, by: str) -> tuple[Revoked, GrantRecord | None]:
+    def revoke(
+        self, grant_id: str, by: str, *, event: Event | None = None
+    ) -> tuple[Revoked, GrantRecord | None]:
         """Revoke a live grant: one guarded UPDATE (``revoked_at IS NULL`` and not
         expired), so of two revocations one wins and a release that holds the grant's
-        lock is waited for. ``ended``: already revoked or expired (the record says)."""
+        lock is waited for. ``event`` is appended to the run the grant was given on
+        (its ``source``; none when that run was purged) in the same transaction: a
+        revocation is never made without its audit. ``ended``: already revoked or
+        expired (the record says)."""
         gid = parse_run_id(grant_id)
         if gid is None:
             return "not_found", None
@@ -168,13 +177,26 @@ class Grants:
             update(GRANTS)
             .where(GRANTS.c.id == gid, GRANTS.c.revoked_at.is_(None), GRANTS.c.expires_at > now)
             .values(revoked_at=now, revoked_by=by)
+            .returning(GRANTS.c.source)
         )
-        with self._ctx.conns.one() as s:
-            won = s.execute(statement).rowcount == 1
+        with self._ctx.conns.tx() as s:
+            source = s.execute(statement).scalar_one_or_none()
+            if source is not None and event is not None:
+                self._audit(s, source.get("run_id"), event)
         found = self.get(grant_id)
         if found is None:
             return "not_found", None
-        return ("revoked" if won else "ended"), found
+        return ("revoked" if source is not None else "ended"), found
+
+    def _audit(self, s: Connection, run_id: object, event: Event) -> None:
+        """``event`` appended to run ``run_id``'s stream (nothing when no run has it)."""
+        rid = parse_run_id(run_id) if isinstance(run_id, str) else None
+        if rid is None:
+            return
+        moving = update(RUNS).where(RUNS.c.id == bindparam("rid"))
+        self._ctx.sql.with_events(
+            s, ("grant_revoked",), lambda: moving, {"rid": rid}, Writes([event])
+        )
 
     def get(self, grant_id: str) -> GrantRecord | None:
         gid = parse_run_id(grant_id)
@@ -188,6 +210,8 @@ class Grants:
         self, *, active: bool = True, agent: str | None = None, limit: int = 100
     ) -> list[GrantRecord]:
         """Grants, newest first: only those live now when ``active``."""
+        if agent is not None and "\x00" in agent:  # no agent's name (no PostgreSQL text)
+            return []
         query = select(GRANTS).order_by(GRANTS.c.created_at.desc(), GRANTS.c.id).limit(limit)
         if active:
             now = self._ctx.now()

@@ -86,6 +86,12 @@ def test_a_grant_given_with_an_approval_releases_the_same_call_until_revoked(
         ({"scope": "call", "expires_in": "31d"}, ("30 days",)),
         ({"scope": "call", "expires_in": "soon"}, ("expires_in",)),
         ({"scope": "call", "expires_in": 0}, ("expires_in",)),
+        # a number no float holds: refused, not a 500 (float() of it overflows)
+        ({"scope": "call", "expires_in": 10**400}, ("30 days",)),
+        ({"scope": "call", "expires_in": "9" * 400 + "s"}, ("30 days",)),
+        # not a whole number of seconds (JSON true is no duration, nor is 90.5)
+        ({"scope": "call", "expires_in": True}, ("expires_in",)),
+        ({"scope": "call", "expires_in": 90.5}, ("expires_in",)),
         ({"scope": "call", "expires_in": "1h", "tool": "*"}, ("tool",)),
         ("call", ()),
     ],
@@ -123,3 +129,13 @@ def test_unknown_grants_are_404_and_the_routes_need_a_token(api: Api) -> None:
         problem(revoke, 404, grant_id)
     assert api.client.get("/v1/grants").status_code == 401
     problem(api.client.get("/v1/grants?state=some", headers=api.headers()), 422)
+
+
+def test_grants_listed_by_an_agent_named_with_a_nul_are_none(api: Api) -> None:
+    """PostgreSQL's text holds no NUL: an agent name with one matches no grant (as
+    ``GET /v1/runs?agent=``), never a 500."""
+    view = api.waiting("payments")
+    body = approve(view["pending"]["turn_digest"], grant=GRANT)
+    assert api.approve(view["id"], body, secret=PAYMENTS_SECRET).status_code == 202
+    assert grants(api, "?agent=payments%00") == [] and grants(api, "?agent=%00&state=all") == []
+    assert len(grants(api, "?agent=payments")) == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -318,3 +318,77 @@ def _race(
 
     event.listen(Engine, "before_cursor_execute", on_cursor)
     return on_cursor
+
+
+def test_a_revocation_and_its_audit_event_are_one_write(service: Service) -> None:
+    """A revocation whose ``grant_revoked`` event cannot be written is not made: the
+    grant still stands and a retry revokes it with its event (were they two writes, the
+    retry would be refused as already revoked and the run's audit would never say so)."""
+    first = start(service, "refund 17 500")
+    approve_and_grant(service, first)
+    (grant,) = service.grants.list()
+
+    def refuse_events(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "INSERT INTO run_events" in statement:
+            raise RuntimeError("the database went away")
+
+    event.listen(Engine, "before_cursor_execute", refuse_events)
+    try:
+        with pytest.raises(RuntimeError, match="went away"):
+            service.grants.revoke(grant.id, by=ALICE)
+    finally:
+        event.remove(Engine, "before_cursor_execute", refuse_events)
+    assert service.grants.get(grant.id).revoked_at is None
+    assert status(service, start(service, "refund 17 500")) is RunStatus.QUEUED
+    service.grants.revoke(grant.id, by=ALICE)
+    (audit,) = [e for e in service.store.events.read(first) if e.kind == "grant_revoked"]
+    assert audit.payload["id"] == grant.id and audit.payload["revoked_by"] == "alice"
+
+
+def test_a_grant_outlives_its_purged_run_and_is_revoked_there_without_an_event(
+    service: Service, clock: FakeClock
+) -> None:
+    """``airlock purge`` takes a run grant with its run (ON DELETE CASCADE); a call
+    grant given on a purged run still stands, and is revoked (the grant's row keeps who
+    revoked it, no run is left for the event)."""
+    first = start(service, "refund 17 500")
+    body = DecisionBody(turn_digest=digest(service, first), decision="approve",
+                        grant=GrantBody(scope="call", expires_in="30d"))  # fmt: skip
+    assert service.record_decision(first, body, ALICE).result == "recorded"
+    service.run_segment(first, "worker")
+    second = start(service, "refund 18 100 19 200")
+    body = DecisionBody(turn_digest=digest(service, second), decision="approve",
+                        grant=GrantBody(scope="run", expires_in="30d"))  # fmt: skip
+    assert service.record_decision(second, body, ALICE).result == "recorded"
+    service.run_segment(second, "worker")
+    service.run_segment(second, "worker")
+    assert status(service, second) is RunStatus.COMPLETED
+    clock.advance(days=2)
+    assert service.store.retention.purge(timedelta(days=1)) == 2
+    (grant,) = service.grants.list(state="all")
+    assert grant.scope == "call"
+    assert service.grants.revoke(grant.id, by=ALICE).revoked_by == "alice"
+    assert status(service, start(service, "refund 17 500")) is RunStatus.WAITING_FOR_APPROVAL
+
+
+def test_a_turn_whose_approval_expires_at_once_is_not_released(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """An approval that expires before the release could be made (an ``approval_ttl``
+    of a millisecond on a clock that moves) is left to the expiry: the turn waits,
+    nothing fails."""
+    service = make_service(engine, clock)
+    approve_and_grant(service, start(service, "refund 17 500"))
+
+    class Ticking(FakeClock):
+        def __call__(self) -> datetime:
+            self.advance(seconds=0.01)
+            return super().__call__()
+
+    ticking = Ticking()
+    ticking.now = clock()
+    hasty = make_service(engine, ticking, support_agent(approval_ttl=timedelta(milliseconds=1)))
+    run_id = start(hasty, "refund 17 500")
+    assert status(hasty, run_id) is RunStatus.WAITING_FOR_APPROVAL
+    (grant,) = hasty.grants.list(state="all")
+    assert grant.uses == 0

@@ -66,13 +66,20 @@ class GrantBody(BaseModel):
     scope: Literal["call", "run"]
     expires_in: int | str
 
+    @field_validator("expires_in", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: object) -> object:
+        if isinstance(value, bool):  # JSON true is no number of seconds (nor 1)
+            raise ValueError('expires_in is seconds or "30m", "8h", "2d"')
+        return value
+
     @field_validator("expires_in")
     @classmethod
     def _duration(cls, value: int | str) -> int | str:
         seconds = duration_seconds(value)
         if seconds is None:
             raise ValueError('expires_in is seconds or "30m", "8h", "2d"')
-        if seconds > MAX_GRANT_SECONDS:
+        if not seconds <= MAX_GRANT_SECONDS:  # inf too: a number no float holds
             raise ValueError("a standing grant stands for at most 30 days")
         return value
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from persistence.domain import GrantRecord
-from persistence.store import RunStore, UnknownRunError
+from persistence.store import RunStore
 from workers.service.grants import UnknownGrantError, summary
 from workers.service.principals import ForbiddenError, Principal
 from workers.service.results import ConflictError
@@ -28,7 +27,7 @@ class GrantDesk:
         return self.store.grants.list(active=state == "active", agent=agent, limit=limit)
 
     def now(self) -> datetime:
-        """The store's clock (whether a grant stands is judged by it)."""
+        """The store's clock: what a grant's ``state`` is judged at (``view``)."""
         return self.store.now()
 
     def get(self, grant_id: str) -> GrantRecord:
@@ -41,8 +40,9 @@ class GrantDesk:
         """Revoke a live grant on ``by``'s authority (the operator, its grantor, or a
         holder of an operator role): from its commit, no turn is released by it; a
         release that holds it is waited for. A ``grant_revoked`` event is added to the
-        run it was given on. Raises ``UnknownGrantError``, ``ForbiddenError``,
-        ``ConflictError`` (already revoked, or expired)."""
+        run it was given on, in the revocation's transaction. Raises
+        ``UnknownGrantError``, ``ForbiddenError``, ``ConflictError`` (already revoked,
+        or expired)."""
         grant = self.get(grant_id)
         if not (by.every_role or by.id == grant.granted_by or by.roles & self.operator_roles):
             raise ForbiddenError(
@@ -50,7 +50,10 @@ class GrantDesk:
                 f"({grant.granted_by}), the operator or a holder of "
                 f"{' or '.join(sorted(self.operator_roles)) or 'an operator role'}"
             )
-        result, found = self.store.grants.revoke(grant.id, by.id)
+        # the audit names the grant as it was read (its summary never changes); its
+        # run may be purged: then the grant's row alone keeps who revoked it
+        payload = {**summary(grant), "revoked_by": by.id, "auth": by.auth([])}
+        result, found = self.store.grants.revoke(grant.id, by.id, event=("grant_revoked", payload))
         if found is None:
             raise UnknownGrantError(f"no grant has id {grant_id!r}")
         if result != "revoked":
@@ -60,10 +63,4 @@ class GrantDesk:
                 else f"expired at {found.expires_at:%Y-%m-%d %H:%M:%S}Z"
             )
             raise ConflictError(f"grant {found.id} {when}")
-        source_run = found.source.get("run_id")
-        if isinstance(source_run, str):
-            payload = {**summary(found), "revoked_by": by.id, "auth": by.auth([])}
-            # its run may be purged: the grant's row keeps who revoked it
-            with contextlib.suppress(UnknownRunError):
-                self.store.events.append_event(source_run, "grant_revoked", payload)
         return found
