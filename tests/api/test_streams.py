@@ -6,6 +6,7 @@ nothing. (A real worker and a real API process: tests/integration/test_streams.p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -223,6 +224,29 @@ def test_the_inbox_streams_need_a_sign_in(api: Api) -> None:
     assert [f.data for f in messages(found)] == events_of(api, run_id)[2:]
     with api.client.stream("GET", "/inbox/stream") as live:
         assert next(frames(live.iter_lines())).data["waiting"] == 0
+
+
+def test_the_inbox_streams_end_when_their_sign_in_does(api: Api) -> None:
+    """A stream opened under a sign-in ends at the first heartbeat after a sign-out (its
+    page's reconnect is then refused), as the inbox's pages do."""
+    hubs: Any = api.client.app.state.hubs  # type: ignore[attr-defined]
+    hubs.heartbeat = 0.05
+    run_id = api.waiting()["id"]
+    for path in ("/inbox/stream", f"/inbox/runs/{run_id}/stream"):
+        answer = api.client.post(
+            "/inbox/login", data={"token": TOKEN, "name": "ann"}, follow_redirects=False
+        )
+        assert answer.status_code == 303
+        token = re.search(r'name="csrf" value="([^"]+)"', api.client.get("/inbox").text)
+        assert token is not None
+        with api.client.stream("GET", path) as live:
+            reader = frames(live.iter_lines())
+            assert next(reader) is not None  # the queue's mark, or the run's first event
+            out = api.client.post("/inbox/logout", data={"csrf": token.group(1)})
+            assert out.status_code in (200, 303)
+            rest = list(reader)  # ends: the sign-in is gone
+            assert all(f.event != "end" for f in rest)
+        refusal(api.client.get(path), 401, "sign in")
 
 
 def test_a_stream_is_authorised_as_a_run_read_with_oidc_tokens(db_url: str, issuer: Issuer) -> None:

@@ -7,7 +7,8 @@ thread and no database connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from functools import partial
 from typing import Annotated, Any
@@ -18,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from persistence.domain import StreamHead
 from persistence.store import UnknownRunError, parse_run_id
-from workers.http.hub import CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
+from workers.http.hub import BEAT, CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
 from workers.http.problems import ProblemError
 
 MAX_SEQ = 2**31 - 1
@@ -65,6 +66,29 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self._frames.aclose()
+
+    def ending_when(self, gone: Callable[[], Awaitable[bool]]) -> EventStream:
+        """This stream, ended (its client reconnects, and is refused) once ``gone()``:
+        asked at each heartbeat of an idle stream, and at most every ``RECHECK``
+        seconds while frames flow."""
+        return EventStream(_until(self._frames, gone))
+
+
+RECHECK = 15.0
+"""Seconds between two checks that a stream's reader may still read it (``ending_when``)."""
+
+
+async def _until(
+    frames: AsyncGenerator[bytes, None], gone: Callable[[], Awaitable[bool]]
+) -> AsyncGenerator[bytes, None]:
+    checked = time.monotonic()
+    async with aclosing(frames):
+        async for frame in frames:
+            if frame == BEAT or time.monotonic() - checked >= RECHECK:
+                if await gone():
+                    return
+                checked = time.monotonic()
+            yield frame
 
 
 async def run_stream(hubs: Hubs, run_id: str, cursor: int) -> EventStream:
