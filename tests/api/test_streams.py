@@ -249,6 +249,28 @@ def test_the_inbox_streams_end_when_their_sign_in_does(api: Api) -> None:
         refusal(api.client.get(path), 401, "sign in")
 
 
+def test_a_caller_holds_a_bounded_number_of_streams(api: Api) -> None:
+    """Each open stream holds a watch and a connection: a caller past the limit is
+    refused (429) until one of theirs ends; another caller is not."""
+    slots: Any = api.client.app.state.stream_slots  # type: ignore[attr-defined]
+    slots.limit = 2
+    with (
+        api.client.stream("GET", "/v1/approvals/stream", headers=BEARER) as one,
+        api.client.stream("GET", "/v1/approvals/stream", headers=BEARER) as two,
+    ):
+        assert (one.status_code, two.status_code) == (200, 200)
+        refusal(api.client.get("/v1/approvals/stream", headers=BEARER), 429, "open streams")
+        answer = api.client.post(
+            "/inbox/login", data={"token": TOKEN, "name": "ann"}, follow_redirects=False
+        )
+        assert answer.status_code == 303  # another caller: its own streams
+        with api.client.stream("GET", "/inbox/stream") as inbox:
+            assert inbox.status_code == 200
+    wait_for("the slots given back", lambda: not slots._held or None, timeout=10)
+    with api.client.stream("GET", "/v1/approvals/stream", headers=BEARER) as again:
+        assert again.status_code == 200
+
+
 def test_a_stream_is_authorised_as_a_run_read_with_oidc_tokens(db_url: str, issuer: Issuer) -> None:
     """The same gate as every run endpoint: a token that reads the run reads its stream,
     one refused there is refused here (the same status and problem)."""

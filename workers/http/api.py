@@ -36,7 +36,7 @@ from workers.http.hub import Hubs
 from workers.http.metrics import Metrics
 from workers.http.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
 from workers.http.schema_gate import SchemaGate, SchemaWatch
-from workers.http.streams import MAX_SEQ
+from workers.http.streams import MAX_SEQ, StreamSlots
 from workers.service import Service
 from workers.service.principals import Principal
 from workers.service.settings import Settings
@@ -80,9 +80,10 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     _plain_routes(app, handlers)
     app.state.hubs = hubs = Hubs(service)
     hubs.measured(metrics.registry)
-    streams.mount(app, hubs)
+    app.state.stream_slots = slots = StreamSlots()
+    streams.mount(app, hubs, slots)
     _operations(app, service, metrics, check_broker, watch)
-    inbox.mount(app, service, auth, config, hubs)
+    inbox.mount(app, service, auth, config, hubs=hubs, slots=slots)
     _document_bearer(app)
     return app
 

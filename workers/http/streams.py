@@ -7,13 +7,14 @@ thread and no database connection."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query
+from fastapi import FastAPI, Header, Query, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -21,6 +22,7 @@ from persistence.domain import StreamHead
 from persistence.store import UnknownRunError, parse_run_id
 from workers.http.hub import BEAT, CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
 from workers.http.problems import ProblemError
+from workers.service.principals import Principal
 
 MAX_SEQ = 2**31 - 1
 """The largest event number (an INTEGER column); a larger cursor is 422, not a
@@ -57,21 +59,67 @@ class EventStream(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncGenerator[bytes, None]) -> None:
+    def __init__(
+        self, frames: AsyncGenerator[bytes, None], on_close: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(frames, headers=HEADERS)
         self._frames = frames
+        self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._frames.aclose()
+            try:
+                await self._frames.aclose()
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
 
     def ending_when(self, gone: Callable[[], Awaitable[bool]]) -> EventStream:
         """This stream, ended (its client reconnects, and is refused) once ``gone()``:
         asked at each heartbeat of an idle stream, and at most every ``RECHECK``
         seconds while frames flow."""
-        return EventStream(_until(self._frames, gone))
+        return EventStream(_until(self._frames, gone), self._on_close)
+
+    def held_by(self, slots: StreamSlots, caller: str) -> EventStream:
+        """This stream, counted as one of ``caller``'s open streams until it ends.
+        Raises ``ProblemError`` (429) when the caller holds ``slots.limit`` already."""
+        slots.take(caller)
+        return EventStream(self._frames, lambda: slots.give_back(caller))
+
+
+MAX_STREAMS_PER_CALLER = 32
+"""Streams one caller (a token's subject, the API token's holder, an inbox sign-in) may
+hold open at once: each holds a watch in the hub, and a connection."""
+
+
+class StreamSlots:
+    """How many streams each caller holds open."""
+
+    def __init__(self, limit: int = MAX_STREAMS_PER_CALLER) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, caller: str) -> None:
+        with self._lock:
+            held = self._held.get(caller, 0)
+            if held >= self.limit:
+                raise ProblemError(
+                    429,
+                    "Too many streams",
+                    f"this caller holds {held} open streams, the most allowed: close one first",
+                )
+            self._held[caller] = held + 1
+
+    def give_back(self, caller: str) -> None:
+        with self._lock:
+            left = self._held.get(caller, 1) - 1
+            if left > 0:
+                self._held[caller] = left
+            else:
+                self._held.pop(caller, None)
 
 
 RECHECK = 15.0
@@ -173,7 +221,15 @@ SSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def mount(app: FastAPI, hubs: Hubs) -> None:
+def caller_key(scope: Scope) -> str:
+    """Who holds a stream of the API (``StreamSlots``): the gate's verified caller."""
+    caller: Principal | None = scope.get("state", {}).get("principal")
+    if caller is None:
+        return "token"  # the API token's holder, or anyone on an open API
+    return f"{caller.method}:{caller.client or caller.issuer}:{caller.id}"
+
+
+def mount(app: FastAPI, hubs: Hubs, slots: StreamSlots) -> None:
     """The API's streams, authenticated by the gate as every ``/v1/runs`` route is."""
 
     @app.get(
@@ -184,11 +240,13 @@ def mount(app: FastAPI, hubs: Hubs) -> None:
     )
     async def run_events_stream(
         run_id: str,
+        request: Request,
         after: Annotated[str | None, Query(description="Resume after this event number")] = None,
         last_event_id: Annotated[str | None, Header(description=CURSOR_DOC)] = None,
     ) -> EventStream:
-        return await run_stream(hubs, run_id, cursor_of(last_event_id, after))
+        stream = await run_stream(hubs, run_id, cursor_of(last_event_id, after))
+        return stream.held_by(slots, caller_key(request.scope))
 
     @app.get("/v1/approvals/stream", responses=SSE, response_class=EventStream, status_code=200)
-    async def approvals_stream() -> EventStream:
-        return await queue_stream(hubs)
+    async def approvals_stream(request: Request) -> EventStream:
+        return (await queue_stream(hubs)).held_by(slots, caller_key(request.scope))

@@ -14,15 +14,22 @@ from workers.http.hub import Hubs
 from workers.http.inbox import live
 from workers.http.inbox.pages import HERE, Inbox
 from workers.http.inbox.routes import router
+from workers.http.streams import StreamSlots
 from workers.service import Service
 from workers.service.settings import Settings
 
 
 def mount(
-    app: FastAPI, service: Service, auth: Authenticator, config: Settings, hubs: Hubs
+    app: FastAPI,
+    service: Service,
+    auth: Authenticator,
+    config: Settings,
+    *,
+    hubs: Hubs,
+    slots: StreamSlots,
 ) -> None:
     """Add the inbox's pages, its live streams and its assets to the API."""
     app.mount("/inbox/static", StaticFiles(directory=HERE / "static"), name="inbox-static")
     inbox = Inbox(service, auth, service.sign_ins(config.session_secret))
     app.include_router(router(inbox))
-    live.mount(app, inbox, hubs)
+    live.mount(app, inbox, hubs, slots)
