@@ -89,7 +89,7 @@ class EventStream(StreamingResponse):
         return EventStream(self._frames, lambda: slots.give_back(caller))
 
 
-MAX_STREAMS_PER_CALLER = 32
+MAX_STREAMS_PER_CALLER = 256
 """Streams one caller (a token's subject, the API token's holder, an inbox sign-in) may
 hold open at once: each holds a watch in the hub, and a connection."""
 
