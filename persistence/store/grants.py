@@ -206,6 +206,19 @@ class Grants:
             row = s.execute(select(GRANTS).where(GRANTS.c.id == gid)).mappings().first()
         return self._record(row) if row is not None else None
 
+    def given(self, run_id: str, turn_digest: str, granted_by: str) -> list[GrantRecord]:
+        """The grants ``granted_by`` gave with a decision on this turn, oldest first."""
+        query = (
+            select(GRANTS)
+            .where(GRANTS.c.granted_by == granted_by)
+            .order_by(GRANTS.c.created_at.desc())
+            .limit(500)
+        )
+        with self._ctx.conns.one() as s:
+            found = [self._record(r) for r in s.execute(query).mappings()]
+        source = {"run_id": run_id, "turn_digest": turn_digest}
+        return [g for g in reversed(found) if {k: g.source.get(k) for k in source} == source]
+
     def list(
         self, *, active: bool = True, agent: str | None = None, limit: int = 100
     ) -> list[GrantRecord]:

@@ -43,8 +43,16 @@ def test_a_grant_given_with_an_approval_releases_the_same_call_until_revoked(
 ) -> None:
     view = api.waiting("payments")
     body = approve(view["pending"]["turn_digest"], grant=GRANT)
-    assert api.approve(view["id"], body, secret=PAYMENTS_SECRET).status_code == 202
+    sent = api.approve(view["id"], body, secret=PAYMENTS_SECRET)
+    assert sent.status_code == 202
     (grant,) = grants(api)
+    assert sent.json()["grants"] == [grant["id"]]
+    # the same decision again by someone else: 200 duplicate, and it says no grant stands
+    again = api.approve(view["id"], approve(body["turn_digest"], approver="pia", grant=GRANT),
+                        secret=PAYMENTS_SECRET)  # fmt: skip
+    assert again.status_code == 200 and again.json()["result"] == "duplicate"
+    assert again.json()["grants"] == []
+    assert len(grants(api)) == 1
     assert grant["state"] == "active" and grant["granted_by"] == "pat"
     assert (grant["agent"], grant["tool"], grant["scope"]) == ("payments", "pay", "call")
     assert grant["arguments"] == {"invoice": "INV-7"}

@@ -356,6 +356,8 @@ def test_approve_with_a_grant_then_list_and_revoke_it(
     )  # fmt: skip
     assert granted.returncode == 0, granted.stderr
     listed = json.loads(airlock("grants", "list", "--json", env=cli_env, cwd=tmp_path).stdout)
+    assert f"granted: {listed['grants'][0]['id']}" in granted.stdout
+    listed = json.loads(airlock("grants", "list", "--json", env=cli_env, cwd=tmp_path).stdout)
     (grant,) = listed["grants"]
     assert (grant["granted_by"], grant["tool"], grant["scope"]) == ("olga", "send_email", "call")
     table = airlock("grants", "list", env=cli_env, cwd=tmp_path)

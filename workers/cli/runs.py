@@ -203,6 +203,9 @@ def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None)
             console.print(f"your approval is recorded ({tally}); the run waits for more")
         case "recorded":
             console.print(f"recorded; run {run_id} is queued to resume")
+    if body.grant is not None:
+        given = ", ".join(result.grants)
+        console.print(f"granted: {given}" if given else "no grant was given (nothing recorded)")
 
 
 ApproverOption = Annotated[

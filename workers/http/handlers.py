@@ -152,6 +152,8 @@ class Handlers:
             "approved_by": list(result.approved_by),
             "quorum": result.quorum,
         }
+        if body.grant is not None:  # what stands of the grants asked for
+            answer["grants"] = list(result.grants)
         return SafeJSONResponse(answer, 202 if result.result == "recorded" else 200)
 
 

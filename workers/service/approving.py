@@ -4,7 +4,7 @@ each authorised on the turn its guarded write applies to (check and act in one s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import JsonValue
 
@@ -69,10 +69,17 @@ class Approvals:
             # show waiting is answered from what is stored (a replay, the same decision
             # again) or refused; nothing is written for it, whatever happens next.
             explained = self.store.decisions.explain(run.id, body.turn_digest, stored, receipt)
-            return self._outcome(run.id, explained, stored, principal, 1)
-        return self._decide(
-            run, body, stored, principal=principal, receipt=receipt, sign_in=sign_in, also=also
-        )
+            result = self._outcome(run.id, explained, stored, principal, 1)
+        else:
+            result = self._decide(
+                run, body, stored, principal=principal, receipt=receipt, sign_in=sign_in,
+                also=also,
+            )  # fmt: skip
+        if body.grant is None:
+            return result
+        # what stands of the grants asked for: none when the turn was decided already
+        given = self.store.grants.given(run.id, body.turn_digest, principal.id)
+        return replace(result, grants=tuple(g.id for g in given))
 
     def _decide(
         self,

@@ -52,6 +52,9 @@ class DecisionResult:
     approved_by: tuple[str, ...] = ()
     """With a quorum: the principals that approved this decision so far."""
     quorum: int = 1
+    grants: tuple[str, ...] = ()
+    """When the decision asked for standing grants: those this principal gave on this
+    turn (none when the turn was decided already, by another request)."""
 
 
 @dataclass(frozen=True)
