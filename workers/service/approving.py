@@ -75,10 +75,16 @@ class Approvals:
                 run, body, stored, principal=principal, receipt=receipt, sign_in=sign_in,
                 also=also,
             )  # fmt: skip
+        return self._with_grants(result, run.id, body, principal)
+
+    def _with_grants(
+        self, result: DecisionResult, run_id: str, body: DecisionBody, principal: Principal
+    ) -> DecisionResult:
+        """``result`` with what stands of the grants ``body`` asked for: none when the
+        turn was decided already."""
         if body.grant is None:
             return result
-        # what stands of the grants asked for: none when the turn was decided already
-        given = self.store.grants.given(run.id, body.turn_digest, principal.id)
+        given = self.store.grants.given(run_id, body.turn_digest, principal.id)
         return replace(result, grants=tuple(g.id for g in given))
 
     def _decide(
