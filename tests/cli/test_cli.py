@@ -349,6 +349,12 @@ def test_approve_with_a_grant_then_list_and_revoke_it(
     first = waiting(service)
     bad = airlock("approve", first, "--grant", "call", "--for", "40d", env=cli_env, cwd=tmp_path)
     assert bad.returncode == 2 and "30 days" in bad.stderr
+    for duration in ("banana", "0", "2²"):  # refused before the turn is read or printed
+        bad = airlock(
+            "approve", first, "--grant", "call", "--for", duration, env=cli_env, cwd=tmp_path
+        )
+        assert bad.returncode == 2 and "--for" in bad.stderr and repr(duration) in bad.stderr
+        assert "30m" in bad.stderr and bad.stdout == ""
     assert service.store.runs.require(first).status is RunStatus.WAITING_FOR_APPROVAL
     granted = airlock(
         "approve", first, "--as", "olga", "--grant", "call", "--for", "2h",

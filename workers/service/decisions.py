@@ -56,6 +56,17 @@ MAX_GRANT_SECONDS = 30 * 86400
 """The longest a standing grant may stand (30 days)."""
 
 
+def grant_seconds(value: object) -> float:
+    """How long a grant of ``value`` stands, in seconds; ValueError saying what is
+    wrong with it (no duration, or longer than 30 days)."""
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise ValueError('a duration is a number of seconds or "30m", "8h", "2d"')
+    if not seconds <= MAX_GRANT_SECONDS:  # inf too: a number no float holds
+        raise ValueError("a standing grant stands for at most 30 days")
+    return seconds
+
+
 class GrantBody(BaseModel):
     """``{scope, expires_in}``: the decision's approval of each call it approves as
     asked stands for ``expires_in`` (seconds, or ``"30m"``, ``"8h"``, ``"2d"``; at most
@@ -76,11 +87,7 @@ class GrantBody(BaseModel):
     @field_validator("expires_in")
     @classmethod
     def _duration(cls, value: int | str) -> int | str:
-        seconds = duration_seconds(value)
-        if seconds is None:
-            raise ValueError('expires_in is seconds or "30m", "8h", "2d"')
-        if not seconds <= MAX_GRANT_SECONDS:  # inf too: a number no float holds
-            raise ValueError("a standing grant stands for at most 30 days")
+        grant_seconds(value)
         return value
 
     @property
