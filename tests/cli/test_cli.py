@@ -382,6 +382,11 @@ def test_approve_with_a_grant_then_list_and_revoke_it(
     assert revoked.returncode == 0 and "revoked (1 release(s)" in revoked.stdout
     again = airlock("grants", "revoke", grant["id"], env=cli_env, cwd=tmp_path)
     assert again.returncode == 1 and "was revoked" in again.stderr
+    shown = airlock("grants", "show", grant["id"], env=cli_env, cwd=tmp_path).stdout
+    assert f"id  {grant['id']}" in shown and "granted_by  olga" in shown
+    assert json.dumps(grant["arguments"]) in shown.replace("\n", "")
+    as_json = airlock("grants", "show", grant["id"], "--json", env=cli_env, cwd=tmp_path)
+    assert json.loads(as_json.stdout)["id"] == grant["id"]
     unknown = airlock("grants", "show", "nope", env=cli_env, cwd=tmp_path)
     assert unknown.returncode == 4 and "no grant has id 'nope'" in unknown.stderr
     assert "no grants stand now" in airlock("grants", "list", env=cli_env, cwd=tmp_path).stdout

@@ -3,6 +3,7 @@ approve --grant``, or an approval's ``grant``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -44,10 +45,16 @@ def grants_list(
 
 
 @grants_app.command("show")
-def grants_show(grant_id: str) -> None:
-    """One grant, as JSON (its arguments too)."""
+def grants_show(grant_id: str, as_json: JsonOption = False) -> None:
+    """One grant, with the arguments it releases."""
     svc = service()
-    emit(view(svc.grants.get(grant_id), svc.grants.now()))
+    shown = view(svc.grants.get(grant_id), svc.grants.now())
+    if as_json:
+        emit(shown)
+        return
+    for key, value in shown.items():
+        text = json.dumps(value) if isinstance(value, dict | list) else value
+        console.print(f"[bold]{key:>12}[/bold]  {'—' if value is None else text}", highlight=False)
 
 
 @grants_app.command("revoke")
