@@ -100,7 +100,9 @@ def test_idempotency_key_returns_the_first_run(repo: RunStore) -> None:
     assert again.id == first.id and again.input == "a"
 
 
-@pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid", ""])
+@pytest.mark.parametrize(
+    "run_id", [str(uuid.uuid4()), "not-a-uuid", ""], ids=["unknown", "malformed", "empty"]
+)
 def test_unknown_or_malformed_ids_are_not_found(repo: RunStore, run_id: str) -> None:
     assert repo.runs.get(run_id) is None
     assert repo.transitions.claim(run_id, "w", LEASE) is None

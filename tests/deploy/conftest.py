@@ -5,12 +5,14 @@ db number, as tests/integration/conftest.py chooses it)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,41 +34,63 @@ def unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+@contextmanager
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A folder that all the pytest-xdist workers of this run share, held under a lock:
+    the first to come makes what is in it, the others find it made."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder = root / name
+        folder.mkdir(exist_ok=True)
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel, built as the image builds it: from a copy of its sources alone."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "src"
-    source.mkdir()
-    for name in SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, source / name)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"),
-         str(source)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (built,) = (tmp / "dist").glob("airlock-*.whl")
-    return built
+    with shared(tmp_path_factory, "wheel") as tmp:
+        built = sorted((tmp / "dist").glob("airlock-*.whl"))
+        if built:
+            return built[0]
+        source = tmp / "src"
+        source.mkdir()
+        for name in SOURCES:
+            path = ROOT / name
+            if path.is_dir():
+                shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(path, source / name)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"),
+             str(source)],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        (wheel,) = (tmp / "dist").glob("airlock-*.whl")
+        return wheel
 
 
 @pytest.fixture(scope="session")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv with the wheel and its dependencies (from the package index
     pip is configured with, as for the project's own); its ``bin`` folder."""
-    venv = tmp_path_factory.mktemp("venv") / "airlock"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", str(wheel)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        unavailable(f"could not install the wheel's dependencies: {done.stderr[-2000:]}")
-    return venv / "bin"
+    with shared(tmp_path_factory, "venv") as folder:
+        venv = folder / "airlock"
+        if (venv / "bin" / "airlock").exists():
+            return venv / "bin"
+        shutil.rmtree(venv, ignore_errors=True)  # a worker before this one failed
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+             "--disable-pip-version-check", str(wheel)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            unavailable(f"could not install the wheel's dependencies: {done.stderr[-2000:]}")
+        return venv / "bin"
 
 
 def bare_env(bin_folder: Path, home: Path, **variables: str) -> dict[str, str]:

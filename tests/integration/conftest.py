@@ -11,8 +11,16 @@ from tests.conftest import IN_CI, migrate
 from workers.testing import Stack
 
 REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-# the integration tests' own database number on the shared Redis (another for a parallel run)
-REDIS_DB = int(os.environ.get("AIRLOCK_TEST_REDIS_DB", "11"))
+# the integration tests' own database number on the shared Redis (another for a parallel
+# run); pytest-xdist's workers each take their own, counting down: gw0 11, gw1 10, ...
+REDIS_DB = int(os.environ.get("AIRLOCK_TEST_REDIS_DB", "11")) - int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+)
+if REDIS_DB < 0:
+    raise RuntimeError(
+        "AIRLOCK_TEST_REDIS_DB is too low for this many pytest workers: "
+        "worker N uses AIRLOCK_TEST_REDIS_DB - N"
+    )
 SHARED_REDIS = f"{REDIS_URL}/{REDIS_DB}"
 """The tests' db on the shared Redis, flushed by each test that uses it."""
 

@@ -154,6 +154,7 @@ def test_a_channel_keeps_one_redis_client_per_pool(celery: Celery, shared_redis:
         # kombu's own, with its checks of TLS options
         (SHARED_REDIS.replace("redis://", "rediss://", 1), None),
     ],
+    ids=["redis", "rediss"],  # the same on every pytest-xdist worker (the db is not)
 )
 def test_only_plain_redis_urls_get_the_kept_client(
     url: str, transport: str | None, tmp_path: Path
