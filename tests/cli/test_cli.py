@@ -86,6 +86,8 @@ def test_run_then_list_show_events(cli_env: dict[str, str], tmp_path: Path) -> N
     assert [r["id"] for r in json.loads(listed.stdout)["runs"]] == [run_id]
     table = airlock("runs", "list", "--status", "queued", env=cli_env, cwd=tmp_path)
     assert run_id in table.stdout
+    narrow = airlock("runs", "list", env=cli_env | {"COLUMNS": "80"}, cwd=tmp_path)
+    assert run_id in narrow.stdout  # whole, as runs show takes it, in a narrow terminal
     shown = airlock("runs", "show", run_id, "--json", env=cli_env, cwd=tmp_path)
     assert json.loads(shown.stdout)["metadata"] == {"t": 1}
     events = airlock("runs", "events", run_id, "--json", env=cli_env, cwd=tmp_path)

@@ -13,13 +13,20 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from persistence.db import hide_query_password, shown_url
 from workers.service import Stats
+from workers.service.decisions import grant_seconds
 
 console = Console()
 errors = Console(stderr=True)
+
+
+def id_column() -> Column:
+    """A table's id column: the whole id on one line whatever the terminal's width (the
+    other columns wrap), since commands take ids whole."""
+    return Column("id", no_wrap=True, min_width=36)
 
 
 def without_password(url: str) -> str:
@@ -49,6 +56,20 @@ def parse_duration(text: str) -> timedelta:
         raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
     n, unit = int(match[1]), match[2]
     return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+def seconds_or_text(value: str) -> int | str:
+    return int(value) if value.isascii() and value.isdigit() else value
+
+
+def grant_duration(value: str) -> str:
+    """``--for``, refused (exit 2) before anything is read or decided."""
+    given = seconds_or_text(value.strip())
+    try:
+        grant_seconds(given)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r}: {exc}") from None
+    return str(given)
 
 
 def print_turn(pending: JsonValue) -> None:

@@ -20,13 +20,16 @@ from workers.cli.output import (
     console,
     emit,
     fail,
+    grant_duration,
+    id_column,
     parse_duration,
     print_stats,
     print_turn,
     progress_bar,
+    seconds_or_text,
 )
 from workers.service import ConflictError
-from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody, grant_seconds
+from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
 from workers.service.principals import Principal
 from workers.service.views import event_summary, event_view, run_view, sweeper_view
 
@@ -80,7 +83,7 @@ def runs_list(
     if as_json:
         emit({"runs": [run_view(service(), r) for r in page.runs], "next_cursor": page.next_cursor})
         return
-    table = Table("id", "agent", "status", "iterations", "tokens", "created", "updated")
+    table = Table(id_column(), "agent", "status", "iterations", "tokens", "created", "updated")
     for r in page.runs:
         table.add_row(
             r.id, r.agent, r.status.value, str(r.iterations), str(r.usage.total_tokens),
@@ -225,20 +228,6 @@ DigestOption = Annotated[
 ]
 
 
-def _seconds_or_text(value: str) -> int | str:
-    return int(value) if value.isascii() and value.isdigit() else value
-
-
-def _grant_duration(value: str) -> str:
-    """``--for``, refused (exit 2) before anything is read or decided."""
-    given = _seconds_or_text(value.strip())
-    try:
-        grant_seconds(given)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{value!r}: {exc}") from None
-    return str(given)
-
-
 @app.command()
 def approve(  # noqa: PLR0917 - a command's options
     run_id: str,
@@ -261,14 +250,14 @@ def approve(  # noqa: PLR0917 - a command's options
         typer.Option(
             "--for",
             help='How long the grant stands (seconds, "30m", "8h", "2d"; at most 30 days).',
-            callback=_grant_duration,
+            callback=grant_duration,
         ),
     ] = "1h",
 ) -> None:
     """Approve the turn the run waits on (or, with --call, some of its calls)."""
 
     def body(digest: str) -> DecisionBody:
-        given = GrantBody(scope=grant, expires_in=_seconds_or_text(grant_for)) if grant else None
+        given = GrantBody(scope=grant, expires_in=seconds_or_text(grant_for)) if grant else None
         if not call:
             return DecisionBody(turn_digest=digest, decision="approve", reason=reason, grant=given)
         calls = {c: CallDecisionBody(decision="approve") for c in call}
