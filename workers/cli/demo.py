@@ -220,7 +220,7 @@ def _story(console: Console, base: str, secret: str, auth: dict[str, str]) -> No
     usage = done["usage"]
     console.print(
         f"\n[bold]4.[/bold] A resume task ran the approved call and finished: "
-        f"[green]{done['status']}[/green] ({done['termination']})"
+        f"[green]{done['status']}[/green] (termination: {done['termination']})"
         f"\n   output: {done['output']}"
         f"\n   {done['iterations']} model calls, "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
