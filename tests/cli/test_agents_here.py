@@ -171,9 +171,15 @@ def test_dev_stopped_by_sigterm_stops_its_worker_and_beat(here: Path) -> None:
     """``kill %1`` (what the README's tutorial says stops it) leaves nothing running."""
     with airlock_dev(here, free_port()) as dev:
         wait_for("dev's worker and beat", lambda: len(working_in(here)) >= 3, timeout=30)
+        worker_log = here / ".airlock" / "worker.log"
+        wait_for("dev's worker to be ready", lambda: " ready." in worker_log.read_text())
         dev.send_signal(signal.SIGTERM)
         dev.wait(60)
         wait_for("nothing of dev to run", lambda: working_in(here) == [], timeout=30)
+    # the worker stopped its pool itself: none of its processes was killed under it
+    logs = "".join(log.read_text() for log in (here / ".airlock").glob("*.log"))
+    assert "worker: Warm shutdown" in logs
+    assert "ERROR" not in logs, logs[-3000:]
 
 
 def _answers(base: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -78,12 +79,18 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield proc
     finally:
+        # TERM to the process alone, as an operator's `kill` or a container stop: a
+        # Celery worker then stops its pool's processes itself (TERM to the whole group
+        # killed them under it, and it logged each as an ERROR). KILL to the group, its
+        # children too, only when it overstays.
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.terminate()
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @contextmanager
