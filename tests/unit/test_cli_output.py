@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workers.cli.output import without_password
+from workers.service.views import event_summary
 
 
 @pytest.mark.parametrize(
@@ -91,3 +92,13 @@ def test_a_refused_setting_is_not_repeated_in_the_error() -> None:
     with pytest.raises(ValidationError) as refused:
         Settings(database_url="mysql://u:s3cret@h/db")
     assert "s3cret" not in str(refused.value) and "input_value" not in str(refused.value)
+
+
+def test_an_event_summary_says_where_it_cut_a_long_result() -> None:
+    payload = {"name": "lookup", "outcome": "ok", "result": "order 17 " + "shipped " * 20}
+    summary = event_summary("tool", payload)
+    assert summary.endswith("shipped…") and len(summary) <= len("lookup → ok: ") + 60
+    short = event_summary("tool", {"name": "lookup", "outcome": "ok", "result": "done"})
+    assert short == "lookup → ok: done"
+    one_word = event_summary("other", {"x": "y" * 200})
+    assert one_word.endswith("…") and len(one_word) == 70

@@ -25,9 +25,10 @@ from loop.state import PendingCall
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 from workers.http.inbox.forms import decision_of, fields_of
 from workers.http.inbox.outcome import summary
-from workers.http.inbox.present import clip, line
+from workers.http.inbox.present import line
 from workers.http.inbox.story import timeline, transcript
 from workers.service.decisions import to_loop_decisions
+from workers.service.views import clip
 
 
 @tool

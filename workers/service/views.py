@@ -259,6 +259,19 @@ def event_view(event: RunEvent) -> dict[str, JsonValue]:
     }
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``width`` characters
+    (the inbox's lines, the CLI's and the demo's event summaries)."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[: width - 1]
+    space = cut.rfind(" ")
+    if flat[width - 1] != " " and space > width // 2:  # cut mid-word: back to its start
+        cut = cut[:space]
+    return cut.rstrip(",;: ") + "…"
+
+
 def event_summary(kind: str, payload: dict[str, Any]) -> str:
     """One line of what an audit event says (the demo's table, the inbox's timeline)."""
     match kind:
@@ -266,7 +279,7 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
             calls = ", ".join(str(c.get("name")) for c in payload.get("tool_calls", []))
             return f"model call {payload.get('iteration')}: {calls or 'answer'}"
         case "tool":
-            result = str(payload.get("result", ""))[:60]
+            result = clip(str(payload.get("result", "")), 60)
             return f"{payload.get('name')} → {payload.get('outcome')}: {result}"
         case "decision" | "approval":
             verb = payload.get("decision", "approve") if kind == "decision" else "approval"
@@ -287,7 +300,7 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
         case "suspended":
             return "waiting on " + ", ".join(str(c.get("name")) for c in payload.get("calls", []))
         case _:
-            return json.dumps(payload)[:70]
+            return clip(json.dumps(payload), 70)
 
 
 def sweeper_view(health: SweeperHealth) -> dict[str, JsonValue]:

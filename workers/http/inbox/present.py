@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from workers.service.views import clip
+
 
 def explained(exc: Exception) -> str:
     """A refusal as the page says it: a decided or moved-on turn in plain words."""
@@ -67,15 +69,3 @@ def line(values: Mapping[str, Any], most: int = 4, width: int = 40) -> str:
     ]
     extra = len(values) - most
     return ", ".join(shown[:most]) + (f", and {extra} more" if extra > 0 else "")
-
-
-def clip(text: str, width: int) -> str:
-    """``text`` on one line, cut at a word boundary to at most ``width`` characters."""
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    cut = flat[: width - 1]
-    space = cut.rfind(" ")
-    if flat[width - 1] != " " and space > width // 2:  # cut mid-word: back to its start
-        cut = cut[:space]
-    return cut.rstrip(",;: ") + "…"

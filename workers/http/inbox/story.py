@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loop.gate import denial
-from workers.http.inbox.present import clip, line
+from workers.http.inbox.present import line
+from workers.service.views import clip
 
 KINDS = {
     "request": "started",
