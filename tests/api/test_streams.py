@@ -7,6 +7,7 @@ nothing. (A real worker and a real API process: tests/integration/test_streams.p
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -294,6 +295,38 @@ def test_a_stream_is_authorised_as_a_run_read_with_oidc_tokens(db_url: str, issu
                 assert streamed.json() == read.json(), name
     finally:
         api.service.store.engine.dispose()
+
+
+def test_a_stream_opened_with_a_token_ends_when_the_token_does(db_url: str, issuer: Issuer) -> None:
+    """A stream is read as a run is, with the token's authority, and no longer: a caller
+    whose token expires (past the leeway a request is allowed) is refused a run read,
+    and its open streams end at their next heartbeat (a reconnect is refused, 401), as
+    the inbox's end with its sign-in."""
+    api = make_api(db_url, oidc_leeway=0, **issuer.settings())
+    try:
+        hubs: Any = api.client.app.state.hubs  # type: ignore[attr-defined]
+        hubs.heartbeat = 0.05
+        run_id = api.waiting()["id"]
+        for path in ("/v1/approvals/stream", stream_path(run_id)):
+            headers = {"Authorization": f"Bearer {issuer.token('olga', lifetime=2)}"}
+            with api.client.stream("GET", path, headers=headers) as live:
+                assert live.status_code == 200
+                reader = frames(_within(live.iter_lines(), seconds=20))
+                assert next(reader) is not None  # the queue's mark, or the run's first event
+                rest = list(reader)  # ends: the token expired
+                assert all(f.event != "end" for f in rest)
+            refusal(api.client.get(path, headers=headers), 401, "expired")
+    finally:
+        api.service.store.engine.dispose()
+
+
+def _within(lines: Iterator[str], *, seconds: float) -> Iterator[str]:
+    """``lines`` (a heartbeat comes every few hundredths of a second), failing the test
+    once ``seconds`` passed without their end."""
+    deadline = time.monotonic() + seconds
+    for line in lines:
+        assert time.monotonic() < deadline, "the stream outlived its token"
+        yield line
 
 
 def test_openapi_documents_the_streams(api: Api) -> None:

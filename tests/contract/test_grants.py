@@ -10,6 +10,7 @@ committed before the grant's lock was taken) or waits for it.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -392,3 +393,45 @@ def test_a_turn_whose_approval_expires_at_once_is_not_released(
     assert status(hasty, run_id) is RunStatus.WAITING_FOR_APPROVAL
     (grant,) = hasty.grants.list(state="all")
     assert grant.uses == 0
+
+
+@tool(effect=Effect.WRITE)
+def tag(value: JsonValue) -> str:
+    """A tool whose argument takes any JSON: 1, 1.0 and true are three values to it."""
+    return f"tagged {value!r}"
+
+
+class TagModel:
+    """One ``tag`` call with the input's JSON as its ``value``, then an answer."""
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        asked = next(m for m in transcript if isinstance(m, UserMessage)).content
+        if any(isinstance(m, ToolResultMessage) for m in transcript):
+            return ModelResponse(AssistantMessage("done", ()), Usage())
+        call = ToolCall("t0", "tag", {"value": json.loads(asked)})
+        return ModelResponse(AssistantMessage(None, (call,)), Usage())
+
+
+@pytest.mark.parametrize(
+    ("asked", "edited"), [(1, True), (1, 1.0), ([0], [False]), ({"a": 1}, {"a": 1.0})]
+)
+def test_an_edit_equal_only_in_python_is_not_approved_as_asked(
+    engine: Engine, clock: FakeClock, asked: JsonValue, edited: JsonValue
+) -> None:
+    """A grant stands for the calls approved exactly as asked: an edit to ``true`` of an
+    asked ``1`` (Python's ``True == 1``), or to ``1.0``, is an edit, and grants nothing.
+    Else the approver, who ran ``true``, would have let ``1`` stand without seeing it."""
+    agent = Agent(name="support", model=TagModel(), tools=[tag])
+    service = make_service(engine, clock, agent)
+    run, _ = service.store.runs.create("support", json.dumps(asked))
+    service.run_segment(run.id, "worker")
+    body = DecisionBody(
+        turn_digest=digest(service, run.id),
+        decision="approve",
+        calls={"t0": CallDecisionBody(decision="edit", arguments={"value": edited})},
+        grant=GrantBody(scope="call", expires_in="1h"),
+    )
+    with pytest.raises(DecisionError, match="nothing to grant"):
+        service.record_decision(run.id, body, ALICE)
+    assert service.grants.list(state="all") == []
+    assert status(service, run.id) is RunStatus.WAITING_FOR_APPROVAL

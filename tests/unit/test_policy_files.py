@@ -72,3 +72,29 @@ def test_no_file_judges_nothing() -> None:
 def test_an_empty_variable_names_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRLOCK_POLICY", "")
     assert load_settings().policy is None
+
+
+ASKS_LEADS = '[[rules]]\nname = "asks"\nverdict = "ask"\napprovers = ["leads"]\n'
+ASKS_OWNER = '[[rules]]\nname = "asks"\nverdict = "ask"\napprovers = ["owner"]\n'
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+def test_a_new_file_of_the_same_size_and_mtime_is_reloaded(tmp_path: Path, how: str) -> None:
+    """A file copied in with its mtime kept (``cp -p``, ``rsync -a``, ``tar x``,
+    ``touch -r``) and the same size as the running one is a new policy all the same:
+    had the stat of size and mtime alone been its stamp, a rule now asking for
+    ``leads`` would still ask for ``owner``, for ever (until the file changed again)."""
+    assert len(ASKS_LEADS) == len(ASKS_OWNER)
+    path = tmp_path / "policy.toml"
+    write(path, ASKS_OWNER, 1)
+    holder = PolicyHolder.load(path)
+    first, _ = holder.current()
+    assert first is not None and first.rules[0].approvers == ("owner",)
+    if how == "in place":
+        write(path, ASKS_LEADS, 1)
+    else:
+        staged = tmp_path / "staged.toml"
+        write(staged, ASKS_LEADS, 1)
+        staged.replace(path)
+    now, _ = holder.current()
+    assert now is not None and now.rules[0].approvers == ("leads",)

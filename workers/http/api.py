@@ -140,19 +140,23 @@ def gate_of(auth: Authenticator) -> Gate:
             return
         approval = path.endswith("/approval") and scope["method"] == "POST"
         if approval:
-            check: Callable[[], Principal | None] = lambda: auth.approver(headers)  # noqa: E731
+            check: Callable[[], tuple[Principal | None, float | None]] = lambda: (  # noqa: E731
+                auth.approver(headers),
+                None,
+            )
         else:
-            check = lambda: auth.caller(headers.get("authorization"))  # noqa: E731
+            check = lambda: auth.caller_until(headers.get("authorization"))  # noqa: E731
         # verifying a token may wait on the issuer's keys: not on the event loop, and
         # in threads of its own, so that tokens (made up ones too) waiting on a fetch
         # never hold the threads FastAPI's routes run on
         if auth.verifies(headers, approval=approval):
             loop = asyncio.get_running_loop()
             limiter = verifiers.get(loop) or verifiers.setdefault(loop, CapacityLimiter(VERIFIERS))
-            principal = await to_thread.run_sync(check, limiter=limiter)
+            principal, until = await to_thread.run_sync(check, limiter=limiter)
         else:
-            principal = check()
-        scope.setdefault("state", {})["principal"] = principal
+            principal, until = check()
+        # ``until``: when the caller's token is no longer accepted (its streams end then)
+        scope.setdefault("state", {}).update(principal=principal, until=until)
 
     return gate
 

@@ -205,13 +205,20 @@ class Authenticator:
         """The caller of a run endpoint: None for the API token's holder (a trusted
         backend) or anyone when the API is open; else the token's principal. Raises
         ``ProblemError`` (401). Blocking when the issuer's keys must be fetched."""
+        return self.caller_until(authorization)[0]
+
+    def caller_until(self, authorization: str | None) -> tuple[Principal | None, float | None]:
+        """``caller``, and until when its credential is accepted (epoch seconds: a
+        token's ``exp`` and the leeway; None for the API token, which does not expire):
+        what a stream opened with it is served until."""
         if self.api_token and token_matches(authorization, self.api_token):
-            return None
+            return None, None
         token = self.bearer(authorization)
         if self.tokens is not None and token is not None and token.count(".") == 2:
-            return self.tokens.principal(token)
+            principal, expires = self.tokens.verify(token)
+            return principal, None if expires is None else expires + self.tokens.leeway
         if self.open:
-            return None
+            return None, None
         accepted = "Authorization: Bearer <AIRLOCK_API_TOKEN>" if self.api_token else ""
         if self.tokens is not None:
             accepted += (" or " if accepted else "Authorization: Bearer ") + "<an OIDC token>"

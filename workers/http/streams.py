@@ -229,6 +229,21 @@ def caller_key(scope: Scope) -> str:
     return f"{caller.method}:{caller.client or caller.issuer}:{caller.id}"
 
 
+def served(scope: Scope, stream: EventStream, slots: StreamSlots) -> EventStream:
+    """``stream`` as the gate's verified caller holds it: one of its streams, ended at
+    the first heartbeat after its token is no longer accepted (a stream is read with a
+    run read's authority, and no longer than it; a reconnect is then refused, 401)."""
+    held = stream.held_by(slots, caller_key(scope))
+    until: float | None = scope.get("state", {}).get("until")
+    if until is None:
+        return held
+
+    async def expired() -> bool:
+        return time.time() >= until
+
+    return held.ending_when(expired)
+
+
 def mount(app: FastAPI, hubs: Hubs, slots: StreamSlots) -> None:
     """The API's streams, authenticated by the gate as every ``/v1/runs`` route is."""
 
@@ -245,8 +260,8 @@ def mount(app: FastAPI, hubs: Hubs, slots: StreamSlots) -> None:
         last_event_id: Annotated[str | None, Header(description=CURSOR_DOC)] = None,
     ) -> EventStream:
         stream = await run_stream(hubs, run_id, cursor_of(last_event_id, after))
-        return stream.held_by(slots, caller_key(request.scope))
+        return served(request.scope, stream, slots)
 
     @app.get("/v1/approvals/stream", responses=SSE, response_class=EventStream, status_code=200)
     async def approvals_stream(request: Request) -> EventStream:
-        return (await queue_stream(hubs)).held_by(slots, caller_key(request.scope))
+        return served(request.scope, await queue_stream(hubs), slots)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pydantic import JsonValue
 
 from loop import Agent, DecisionError, PendingCall, SuspendedRunState
-from loop.canonical import sha256_hex
+from loop.canonical import canonical_json, sha256_hex
 from persistence.domain import GrantRecord, Release, Run
 from persistence.store import RunStore, UnknownRunError
 from workers.service.decisions import GrantBody
@@ -62,8 +62,7 @@ def given(
     approved = [
         c
         for c in state.pending_calls
-        if c.id in authority.covered
-        and authority.effect.get(c.id) == {"approve": dict(c.arguments)}
+        if c.id in authority.covered and _as_asked(authority.effect.get(c.id), c)
     ]
     if not approved:
         raise DecisionError("the decision approves no call as it was asked: nothing to grant")
@@ -91,6 +90,14 @@ def given(
         key = call_key(run.agent, call.name, dict(call.arguments)) if body.scope == "call" else None
         found.append((record, key))
     return found
+
+
+def _as_asked(effect: JsonValue, call: PendingCall) -> bool:
+    """Whether ``effect`` approves ``call`` with exactly its asked arguments, compared as
+    canonical JSON (as a grant matches them): Python's ``==`` takes ``true`` and
+    ``1.0`` for ``1``, and an edit to either would grant the ``1`` nobody approved."""
+    asked: JsonValue = {"approve": dict(call.arguments)}
+    return effect is not None and canonical_json(effect) == canonical_json(asked)
 
 
 def summary(grant: GrantRecord) -> dict[str, JsonValue]:

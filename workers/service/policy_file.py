@@ -36,12 +36,18 @@ def read_policy(path: Path) -> Policy:
         raise PolicyFileError(f"{path}: {exc}") from exc
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
+Stamp = tuple[int, int, int, int, int]
+
+
+def _stamp(path: Path) -> Stamp | None:
+    """What tells a new version of the file from the one read: its size and mtime, and
+    its inode and ctime, which no copy keeps (``cp -p``, ``rsync -a`` and ``tar`` keep the
+    mtime; a file of the same size copied so was never reloaded)."""
     try:
         found = path.stat()
     except OSError:
         return None
-    return found.st_mtime_ns, found.st_size
+    return found.st_mtime_ns, found.st_size, found.st_ino, found.st_dev, found.st_ctime_ns
 
 
 @dataclass
@@ -51,8 +57,8 @@ class _Watched:
     variable: str
     path: Path
     policy: Policy
-    stamp: tuple[int, int] | None = None
-    refused: tuple[int, int] | None = None
+    stamp: Stamp | None = None
+    refused: Stamp | None = None
     """The stat of a new version refused as malformed (not read again until it changes)."""
 
     def current(self) -> Policy:
