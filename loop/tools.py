@@ -95,7 +95,13 @@ class Tool:
             parsed = self.arguments.model_validate(dict(arguments))
         except ValidationError as exc:
             raise ToolArgumentsError(_describe(self.name, exc)) from exc
-        dumped: JsonObject = parsed.model_dump(mode="json")
+        try:
+            dumped: JsonObject = parsed.model_dump(mode="json")
+        except UnicodeEncodeError as exc:  # a lone surrogate in a free-form key: no JSON
+            raise ToolArgumentsError(
+                f'invalid arguments for tool "{self.name}": a key holds text that is not '
+                f"valid Unicode ({exc.reason})"
+            ) from exc
         return dumped
 
     def schema(self) -> ToolSchema:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from loop import (
+    Agent,
     ApprovalRequired,
     Approve,
     Ask,
@@ -10,6 +11,7 @@ from loop import (
     DecisionError,
     Deny,
     Edit,
+    Effect,
     EventLog,
     LoopResult,
     ModelError,
@@ -26,7 +28,9 @@ from loop import (
     UserMessage,
     event_payload,
     requires_approval,
+    tool,
 )
+from loop.messages import JsonObject
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 
@@ -327,6 +331,27 @@ def test_write_call_with_bad_arguments_does_not_wait_for_a_person() -> None:
     result = ToolLoop().run(agent, "x")
     assert "invalid arguments" in tool_results(result)[0].content
     assert rec.calls == []
+
+
+def test_a_key_that_is_no_valid_unicode_is_bad_arguments_not_a_crash() -> None:
+    """A model's lone surrogate in a key of a free-form argument: pydantic cannot dump
+    it as JSON. The call is refused as bad arguments (the model is told), never run."""
+    ran: list[JsonObject] = []
+
+    @tool(effect=Effect.WRITE)
+    def store(fields: dict) -> str:  # type: ignore[type-arg]  # free-form, as models send
+        ran.append(fields)
+        return "stored"
+
+    agent = Agent(
+        name="a",
+        model=ScriptedModel([calls(call("store", fields={"\ud800": 1})), answer("ok")]),
+        tools=[store],
+    )
+    result = ToolLoop().run(agent, "x")
+    assert result.termination is Termination.COMPLETED and ran == []
+    (content,) = [r.content for r in tool_results(result)]
+    assert content.startswith('Error: invalid arguments for tool "store": a key holds text')
 
 
 def test_policy_can_auto_approve_auto_deny_or_ask() -> None:
