@@ -23,7 +23,7 @@ RULE_KEYS = frozenset(
     | {"approvers", "quorum", "expires_in", "default", "edits"}
 )
 ASK_KEYS = frozenset({"approvers", "quorum", "expires_in", "default", "edits"})
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$", re.ASCII)  # not "٣h"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

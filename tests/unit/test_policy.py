@@ -238,6 +238,7 @@ ALLOW = 'verdict = "allow"\n'
         ('[[rules]]\nname = "a"\nverdict = "allow"\nquorum = 2\n', 4, "only to ask"),
         ('[[rules]]\nname = "a"\nverdict = "ask"\nquorum = 0\n', 4, "quorum"),
         ('[[rules]]\nname = "a"\nverdict = "ask"\nexpires_in = "soon"\n', 4, "expires_in"),
+        ('[[rules]]\nname = "a"\nverdict = "ask"\nexpires_in = "\u0663h"\n', 4, "expires_in"),
         # 400 digits: float() gives inf, which no suspension's expiry could hold
         ('[[rules]]\nname = "a"\nverdict = "ask"\nexpires_in = "' + "9" * 400 + 's"\n', 4, "expi"),
         ('[[rules]]\nname = "a"\nverdict = "ask"\nmystery = 1\n', 4, "unknown key 'mystery'"),
