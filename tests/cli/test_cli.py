@@ -88,6 +88,7 @@ def test_run_then_list_show_events(cli_env: dict[str, str], tmp_path: Path) -> N
     assert run_id in table.stdout
     narrow = airlock("runs", "list", env=cli_env | {"COLUMNS": "80"}, cwd=tmp_path)
     assert run_id in narrow.stdout  # whole, as runs show takes it, in a narrow terminal
+    assert "queued" in narrow.stdout and "…" not in narrow.stdout  # no cell cut
     shown = airlock("runs", "show", run_id, "--json", env=cli_env, cwd=tmp_path)
     assert json.loads(shown.stdout)["metadata"] == {"t": 1}
     events = airlock("runs", "events", run_id, "--json", env=cli_env, cwd=tmp_path)
@@ -351,6 +352,8 @@ def test_approve_with_a_grant_then_list_and_revoke_it(
     first = waiting(service)
     bad = airlock("approve", first, "--grant", "call", "--for", "40d", env=cli_env, cwd=tmp_path)
     assert bad.returncode == 2 and "30 days" in bad.stderr
+    alone = airlock("approve", first, "--for", "8h", env=cli_env, cwd=tmp_path)
+    assert alone.returncode == 2 and "--grant" in alone.stderr  # no grant silently not given
     for duration in ("banana", "0", "2²"):  # refused before the turn is read or printed
         bad = airlock(
             "approve", first, "--grant", "call", "--for", duration, env=cli_env, cwd=tmp_path

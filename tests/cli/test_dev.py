@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -121,3 +122,14 @@ def test_dev_on_a_database_it_cannot_upgrade_says_so_in_one_line(tmp_path: Path)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "cannot upgrade the database sqlite:///./airlock.db" in result.stdout
     assert "f00dcafe0099" in result.stdout and "Traceback" not in result.stdout + result.stderr
+
+
+def test_dev_on_a_taken_port_says_so_and_starts_nothing(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = airlock("dev", "--port", port, env=clean_env(), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"127.0.0.1:{port} is taken" in result.stdout and "--port" in result.stdout
+    assert not (tmp_path / ".airlock").exists()  # no worker, no beat, no kept secrets

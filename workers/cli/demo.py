@@ -302,7 +302,26 @@ def _keep(file: Path, values: Mapping[str, str]) -> None:
     os.replace(partial, file)
 
 
+def port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` (bound as uvicorn binds it)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
 def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
+    if port_taken(port):  # before a worker and beat start beside the one already there
+        console.print(
+            f"[red]airlock dev:[/red] 127.0.0.1:{port} is taken (another `airlock dev`?): "
+            "stop it, or give another port with --port",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 2
     home = settings().home
     kept = dev_secrets(home, os.environ, renew=new_secrets)
     configure(kept.values)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from workers.cli.app import JsonOption, app, service
-from workers.cli.output import console, emit, id_column
+from workers.cli.output import console, emit, print_listing
 from workers.cli.runs import acting
 from workers.service.grants import view
 
@@ -35,13 +35,13 @@ def grants_list(
     if not found:
         console.print("no grants" + ("" if all_ else " stand now (--all lists ended ones)"))
         return
-    table = Table(id_column(), "state", "agent", "tool", "scope", "granted by", "expires", "uses")
+    table = Table("id", "state", "agent", "tool", "scope", "granted by", "expires", "uses")
     for g in found:
         table.add_row(
             g.id, g.state(now), g.agent, g.tool, g.scope + (f" {g.run_id}" if g.run_id else ""),
             g.granted_by, f"{g.expires_at:%Y-%m-%d %H:%M}Z", str(g.uses),
         )  # fmt: skip
-    console.print(table)
+    print_listing(table)
 
 
 @grants_app.command("show")

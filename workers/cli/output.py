@@ -13,7 +13,7 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
-from rich.table import Column, Table
+from rich.table import Table
 
 from persistence.db import hide_query_password, shown_url
 from workers.service import Stats
@@ -23,10 +23,17 @@ console = Console()
 errors = Console(stderr=True)
 
 
-def id_column() -> Column:
-    """A table's id column: the whole id on one line whatever the terminal's width (the
-    other columns wrap), since commands take ids whole."""
-    return Column("id", no_wrap=True, min_width=36)
+def print_listing(table: Table) -> None:
+    """A list's table at its natural width, cut nowhere: a terminal narrower than it
+    wraps its lines (as ``docker ps`` does) rather than rich cutting every cell to
+    "wai…" and every id to "93243e9d…", which no command takes."""
+    natural = console.measure(table, options=console.options.update(max_width=10_000))
+    width = console.width
+    console.width = max(width, natural.maximum)  # rich renders no wider than its console
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
 
 
 def without_password(url: str) -> str:
@@ -62,8 +69,10 @@ def seconds_or_text(value: str) -> int | str:
     return int(value) if value.isascii() and value.isdigit() else value
 
 
-def grant_duration(value: str) -> str:
+def grant_duration(value: str | None) -> str | None:
     """``--for``, refused (exit 2) before anything is read or decided."""
+    if value is None:
+        return None
     given = seconds_or_text(value.strip())
     try:
         grant_seconds(given)
@@ -113,8 +122,8 @@ def print_stats(figures: Stats) -> None:
     console.print(f"oldest waiting approval: {waited}")
     console.print(f"expired leases: {figures.expired_leases}")
     for minutes, counts in figures.finished.items():
-        finished = {s.value: n for s, n in counts.items()}
-        console.print(f"finished {minutes}m: {finished or 'none'}")
+        finished = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+        console.print(f"finished in the last {minutes} min: {finished or 'none'}")
     due, given_up = figures.notifications_due, figures.notifications_given_up
     console.print(f"notifications: {due} due, {given_up} given up")
     sweeper = figures.sweeper

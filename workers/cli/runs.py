@@ -21,8 +21,8 @@ from workers.cli.output import (
     emit,
     fail,
     grant_duration,
-    id_column,
     parse_duration,
+    print_listing,
     print_stats,
     print_turn,
     progress_bar,
@@ -31,7 +31,7 @@ from workers.cli.output import (
 from workers.service import ConflictError
 from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
 from workers.service.principals import Principal
-from workers.service.views import event_summary, event_view, run_view, sweeper_view
+from workers.service.views import clip, event_summary, event_view, run_view, sweeper_view
 
 
 @app.command("run")
@@ -83,13 +83,13 @@ def runs_list(
     if as_json:
         emit({"runs": [run_view(service(), r) for r in page.runs], "next_cursor": page.next_cursor})
         return
-    table = Table(id_column(), "agent", "status", "iterations", "tokens", "created", "updated")
+    table = Table("id", "agent", "status", "iterations", "tokens", "created", "updated")
     for r in page.runs:
         table.add_row(
             r.id, r.agent, r.status.value, str(r.iterations), str(r.usage.total_tokens),
             f"{r.created_at:%Y-%m-%d %H:%M:%S}", f"{r.updated_at:%Y-%m-%d %H:%M:%S}",
         )  # fmt: skip
-    console.print(table)
+    print_listing(table)
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}")
 
@@ -139,7 +139,7 @@ def runs_events(
     table = Table("seq", "kind", "at", "payload")
     for e in events:
         table.add_row(
-            str(e.seq), e.kind, f"{e.created_at:%H:%M:%S.%f}", json.dumps(e.payload)[:120]
+            str(e.seq), e.kind, f"{e.created_at:%H:%M:%S.%f}", clip(json.dumps(e.payload), 120)
         )
     console.print(table)
 
@@ -246,18 +246,22 @@ def approve(  # noqa: PLR0917 - a command's options
         ),
     ] = None,
     grant_for: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--for",
-            help='How long the grant stands (seconds, "30m", "8h", "2d"; at most 30 days).',
+            help='With --grant: how long the grant stands (seconds, "30m", "8h", "2d"; at '
+            "most 30 days) [default: 1h].",
             callback=grant_duration,
         ),
-    ] = "1h",
+    ] = None,
 ) -> None:
     """Approve the turn the run waits on (or, with --call, some of its calls)."""
+    if grant_for is not None and grant is None:  # else a grant the approver thinks given
+        fail("--for says how long a grant stands: give --grant call|run with it", 2)
 
     def body(digest: str) -> DecisionBody:
-        given = GrantBody(scope=grant, expires_in=seconds_or_text(grant_for)) if grant else None
+        duration = seconds_or_text(grant_for or "1h")
+        given = GrantBody(scope=grant, expires_in=duration) if grant else None
         if not call:
             return DecisionBody(turn_digest=digest, decision="approve", reason=reason, grant=given)
         calls = {c: CallDecisionBody(decision="approve") for c in call}

@@ -61,7 +61,7 @@ def grant_seconds(value: object) -> float:
     wrong with it (no duration, or longer than 30 days)."""
     seconds = duration_seconds(value)
     if seconds is None:
-        raise ValueError('a duration is a number of seconds or "30m", "8h", "2d"')
+        raise ValueError('a duration is a positive number of seconds or "30m", "8h", "2d"')
     if not seconds <= MAX_GRANT_SECONDS:  # inf too: a number no float holds
         raise ValueError("a standing grant stands for at most 30 days")
     return seconds
