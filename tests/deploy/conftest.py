@@ -56,6 +56,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if built:
             return built[0]
         source = tmp / "src"
+        shutil.rmtree(source, ignore_errors=True)  # a worker before this one failed
         source.mkdir()
         for name in SOURCES:
             path = ROOT / name

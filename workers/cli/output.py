@@ -73,12 +73,11 @@ def grant_duration(value: str | None) -> str | None:
     """``--for``, refused (exit 2) before anything is read or decided."""
     if value is None:
         return None
-    given = seconds_or_text(value.strip())
     try:
-        grant_seconds(given)
+        grant_seconds(seconds_or_text(value.strip()))
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r}: {exc}") from None
-    return str(given)
+    return value.strip()
 
 
 def print_turn(pending: JsonValue) -> None:
