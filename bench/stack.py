@@ -35,7 +35,8 @@ from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
 from persistence.domain import RunStatus
 from workers.cli.demo import signed_request
-from workers.service.queues import NOTIFICATIONS, SEGMENTS
+from workers.tasks.broker import NOTIFY_QUEUE as NOTIFICATIONS
+from workers.tasks.broker import QUEUE as SEGMENTS
 from workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -32,7 +32,7 @@ from sqlalchemy import create_engine, text
 from bench.common import progress, record, temporary_database
 from workers.service import Principal, Service
 from workers.service.settings import Settings
-from workers.service.wiring import build_service
+from workers.tasks.wiring import build_service
 from workers.testing import TOKEN, Stack
 
 APP = "airlock-bench-api"

@@ -44,8 +44,8 @@ def install() -> None:
 
     from persistence.store.decisions import Decisions  # noqa: PLC0415
     from persistence.store.transitions import Transitions  # noqa: PLC0415
-    from workers.service.broker import RUN_SEGMENT  # noqa: PLC0415
-    from workers.service.publisher import Publisher  # noqa: PLC0415
+    from workers.tasks.broker import RUN_SEGMENT  # noqa: PLC0415
+    from workers.tasks.publisher import Publisher  # noqa: PLC0415
 
     if getattr(Decisions.record_decision, "traced", False):
         return

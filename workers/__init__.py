@@ -2,12 +2,13 @@
 
 - ``workers.service``: the use cases and what they stand on (no door imported);
 - ``workers.http``: the HTTP API and the approver inbox (``workers.api:app``);
-- ``workers.tasks``: the Celery tasks, beat jobs and notification delivery;
+- ``workers.tasks``: the Celery runtime: the app, its tasks, beat jobs, brokers and the
+  notification dispatcher (the only room that imports Celery or kombu);
 - ``workers.cli``: the ``airlock`` command.
 
-The doors do not import each other (import-linter holds them to it).
-``celery -A workers worker`` finds the Celery app as ``workers.app``: the service's
-broker, with the tasks registered.
+The HTTP API and the CLI do not import each other; both publish through the Celery
+runtime (import-linter holds them to it). ``celery -A workers worker`` finds the Celery
+app as ``workers.app``, with the tasks and steps registered.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name in ("app", "celery"):
-        import workers.tasks  # noqa: F401, PLC0415 - registers the tasks on the app
-        from workers.service.broker import app  # noqa: PLC0415 - only when asked
+        from workers.tasks import app  # noqa: PLC0415 - only when asked: tasks and steps on it
 
         return app
     raise AttributeError(f"module 'workers' has no attribute {name!r}")

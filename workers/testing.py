@@ -27,9 +27,9 @@ from sqlalchemy.exc import OperationalError
 
 from persistence.domain import Run, RunStatus
 from workers.service import Service
-from workers.service.broker import RUN_SEGMENT, make_app
 from workers.service.settings import Settings
-from workers.service.wiring import build_service
+from workers.tasks.broker import RUN_SEGMENT, make_app
+from workers.tasks.wiring import build_service
 
 ROOT = Path(__file__).resolve().parents[1]
 """The folder Airlock's packages are imported from (a checkout's root, for an editable

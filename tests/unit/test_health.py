@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.service import broker as celery_app
+from workers.tasks import broker as celery_app
 from workers.testing import free_port
 
 

@@ -66,7 +66,7 @@ def worker(ctx: typer.Context) -> None:
             "`python -m workers worker`, not `python -m workers.cli.commands`",
             2,
         )
-    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
 
     try:
         celery.worker_main(["worker", *arguments])
@@ -100,7 +100,7 @@ def beat(ctx: typer.Context) -> None:
         one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
     if not writable:
         one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
-    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
 
     celery.start(["beat", *ctx.args])
 
@@ -126,7 +126,7 @@ def health(
 
 
 def _worker_health(timeout: float) -> tuple[bool, str]:
-    from workers.service.broker import nodes_of_this_host  # noqa: PLC0415
+    from workers.tasks.broker import nodes_of_this_host  # noqa: PLC0415
 
     nodes = nodes_of_this_host(timeout)
     if not nodes:

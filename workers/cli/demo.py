@@ -51,7 +51,7 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from workers.service.wiring import service  # noqa: PLC0415
+    from workers.tasks.wiring import service  # noqa: PLC0415
 
     service.cache_clear()
 

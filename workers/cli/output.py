@@ -9,13 +9,12 @@ from datetime import timedelta
 from typing import NoReturn
 
 import typer
-from kombu.utils.url import maybe_sanitize_url
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from persistence.db import hide_query_password, shown_url
+from persistence.db import hide_password, shown_url
 from workers.service import Stats
 from workers.service.decisions import grant_seconds
 
@@ -43,7 +42,7 @@ def without_password(url: str) -> str:
     if "://" not in url:
         return url
     if url.startswith(("redis", "rediss", "amqp", "sqla+", "filesystem")):
-        return hide_query_password(maybe_sanitize_url(url) if "@" in url else url)
+        return hide_password(url)
     return shown_url(url)
 
 

@@ -10,7 +10,7 @@ re-exported here."""
 from __future__ import annotations
 
 from workers.service.core import Service
-from workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport
+from workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Retries
 from workers.service.principals import ForbiddenError, Principal
 from workers.service.results import (
     ConflictError,
@@ -39,6 +39,7 @@ __all__ = [
     "Notify",
     "Outcome",
     "Principal",
+    "Retries",
     "SegmentResult",
     "Service",
     "Stats",

@@ -29,11 +29,7 @@ from workers.service.approving import Approvals
 from workers.service.decisions import DecisionBody
 from workers.service.grant_desk import GrantDesk
 from workers.service.keeper import Keeper
-from workers.service.outbound import (
-    DeliveryReport,
-    Send,
-    deliver_due,
-)
+from workers.service.notifying import Notifying
 from workers.service.policy_file import PolicyHolder
 from workers.service.principals import (
     AIRLOCK,
@@ -42,7 +38,6 @@ from workers.service.principals import (
     Standing,
     may_operate,
 )
-from workers.service.reads import Reads
 from workers.service.registry import Registry
 from workers.service.results import (
     SWEEPER,
@@ -65,7 +60,7 @@ log = logging.getLogger("airlock")
 
 
 @dataclass
-class Service(Reads):
+class Service(Notifying):
     store: RunStore
     registry: Registry
     enqueue: Enqueue
@@ -340,18 +335,6 @@ class Service(Reads):
         """The calling thread keeps its database connections between statements: a
         worker's segment thread (see ``Connections.hold``)."""
         self.store.hold_connections()
-
-    # -- notifications ---------------------------------------------------------------
-
-    def add_notification(self, run_id: str, event_type: EventType) -> None:
-        """A notification caused outside a transition (one an earlier version queued)."""
-        self.store.outbox.add(run_id, event_type)
-
-    def deliver_notifications(
-        self, send: Send, render: Callable[[Run], JsonValue], *, limit: int = 100
-    ) -> DeliveryReport:
-        """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
-        return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
 
 
 def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:

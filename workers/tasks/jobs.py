@@ -1,5 +1,5 @@
 """The Celery tasks: thin shells over the service (the door of every segment and beat
-job). Their names are versioned constants of ``workers.service.broker``."""
+job). Their names are versioned constants of ``workers.tasks.broker``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from celery import Task
 
 from workers.service import EventType, is_database_error
 from workers.service.backoff import backoff
-from workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
 from workers.service.settings import settings
-from workers.service.wiring import service
 from workers.tasks import metrics
-from workers.tasks.notify import deliver_due
+from workers.tasks.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
 
@@ -44,23 +43,19 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
 
 @app.task(name=DELIVER)
 def deliver_notifications() -> int:
-    """Deliver what the outbox holds due; returns how many were delivered."""
-    config = settings()
-    if not config.notify_url:
-        return 0
-    return deliver_due(
-        service(), config.notify_url, config.notify_secret, timeout=config.notify_timeout
-    ).delivered
+    """A wake-up an earlier version queued for its deliverers: the dispatcher of each
+    worker delivers the outbox now (``workers.tasks.dispatcher``), so it does nothing."""
+    return 0
 
 
 @app.task(name=NOTIFY)
 def notify(event_type: EventType, run_id: str, event: object = None) -> int:
     """A notification an earlier version queued as a task of its own: into the outbox
-    with it, then delivered as every other."""
+    with it, delivered by a dispatcher as every other."""
     del event
     if settings().notify_url:
         service().add_notification(run_id, event_type)
-    return int(deliver_notifications())
+    return 0
 
 
 @app.task(name=SWEEP)

@@ -1,6 +1,7 @@
 """The composition root: the process's one Service, built from the settings, with the
-Celery app (``workers.service.broker``) as its publisher. The doors get what they need
-from here."""
+Celery app (``workers.tasks.broker``) as its publisher and this process's notification
+dispatcher (if it runs one) woken by its transitions. The doors get what they need from
+here."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from functools import lru_cache
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
 from persistence.store import RunStore
-from workers.service import Enqueue, Limits, Notify, Service, broker
+from workers.service import Enqueue, Limits, Notify, Service
 from workers.service.policy_file import PolicyHolder
 from workers.service.registry import Registry
 from workers.service.settings import Settings, settings
+from workers.tasks import broker, dispatcher
 
 
 def limits_of(config: Settings) -> Limits:
@@ -52,9 +54,10 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
 
 @lru_cache(maxsize=1)
 def service() -> Service:
-    """The process's service, publishing wake-ups through the Celery app."""
+    """The process's service, publishing wake-ups through the Celery app; with
+    notifications on, a transition wakes this process's dispatcher, if it runs one."""
     config = settings()
-    notify = broker.notify_run if config.notify_url else None
+    notify = dispatcher.wake_up if config.notify_url else None
     return build_service(config, broker.enqueue_segment, notify)
 
 
