@@ -91,8 +91,8 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
     them: a line and exit 3 still, not a traceback."""
     from workers.cli import app as cli_app
     from workers.cli import commands as cli
-    from workers.service import wiring
     from workers.service.settings import settings
+    from workers.tasks import wiring
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()

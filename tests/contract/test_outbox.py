@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from cryptography.fernet import Fernet
 from pydantic import JsonValue
 from sqlalchemy import Engine, select
@@ -26,6 +25,7 @@ from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
 from workers.service.decisions import DecisionBody
+from workers.service.outbound import TAKE_FOR
 from workers.service.principals import Principal
 from workers.service.registry import Registry
 from workers.tasks.notify import Delivery, DeliveryError, deliver_due
@@ -168,29 +168,77 @@ def test_a_notification_is_given_up_after_the_last_attempt_and_kept(
     assert service.store.outbox.counts().given_up == 1
 
 
-def test_two_deliverers_racing_send_a_notification_once(
-    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+def test_two_dispatchers_claim_disjoint_rows(engine: Engine, clock: FakeClock) -> None:
+    """Each claim takes what no other claim holds: the second finds nothing while the
+    first holds every due row (its lease has not run out)."""
+    service, _ = notifying_service(engine, clock)
+    for i in range(3):
+        run, _ = service.start_run("mailer", f"go {i}")
+        service.run_segment(run.id, "w")
+    first = service.store.outbox.claim(10, TAKE_FOR)
+    assert len(first) == 3 and len({n.run_id for n in first}) == 3
+    assert service.store.outbox.claim(10, TAKE_FOR) == []
+    clock.advance(seconds=TAKE_FOR.total_seconds() + 1)  # the first dispatcher died
+    again = service.store.outbox.claim(10, TAKE_FOR)
+    assert sorted(n.id for n in again) == sorted(n.id for n in first)
+    assert {n.attempts for n in again} == {2}
+
+
+def test_a_runs_later_notification_waits_for_its_earlier_one(
+    engine: Engine, clock: FakeClock
 ) -> None:
-    """The second deliverer runs entirely between the first one's SELECT of what is due
-    and its UPDATE that takes the row."""
+    """Issue 46: a run's ``completed`` must never reach the receiver before its
+    ``waiting_for_approval``: only a run's first unsettled row can be claimed, while it
+    is claimed, while it waits for its retry, until it is settled."""
     service, _ = notifying_service(engine, clock)
     run, _ = service.start_run("mailer", "go")
     service.run_segment(run.id, "w")
-    receiver = Receiver()
+    service.cancel(run.id, by=OPERATOR)  # a second row for the run, due at once
     outbox = service.store.outbox
-    due = outbox.due
-    raced: list[int] = []
+    [waiting] = outbox.claim(10, TAKE_FOR)
+    assert waiting.event_type == "run.waiting_for_approval"
+    assert outbox.claim(10, TAKE_FOR) == []  # the cancellation waits for it
+    outbox.failed(waiting, "{}", "receiver answered 503", retry_in=30)
+    assert outbox.claim(10, TAKE_FOR) == []  # and for its retry
+    clock.advance(seconds=31)
+    [retried] = outbox.claim(10, TAKE_FOR)
+    assert retried.id == waiting.id
+    outbox.delivered(retried, "{}", 204)
+    [cancelled] = outbox.claim(10, TAKE_FOR)
+    assert cancelled.event_type == "run.cancelled"
 
-    def other_deliverer_first(limit: int = 100) -> list[int]:
-        ids = due(limit)
-        if not raced:
-            raced.append(0)  # the other deliverer's own SELECT is not raced
-            raced[0] = deliver_due(service, URL, None, post=receiver).delivered
-        return ids
 
-    monkeypatch.setattr(outbox, "due", other_deliverer_first)
-    assert deliver_due(service, URL, None, post=receiver).delivered == 0
-    assert raced == [1] and len(receiver.sent) == 1
+def test_given_up_the_earlier_notification_lets_the_later_go(
+    engine: Engine, clock: FakeClock
+) -> None:
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    service.cancel(run.id, by=OPERATOR)
+    outbox = service.store.outbox
+    [waiting] = outbox.claim(10, TAKE_FOR)
+    outbox.failed(waiting, "{}", "answered 404; not retried", retry_in=None)
+    [cancelled] = outbox.claim(10, TAKE_FOR)
+    assert cancelled.event_type == "run.cancelled"
+
+
+def test_a_claim_takes_no_more_than_asked(engine: Engine, clock: FakeClock) -> None:
+    service, _ = notifying_service(engine, clock)
+    for i in range(5):
+        run, _ = service.start_run("mailer", f"go {i}")
+        service.run_segment(run.id, "w")
+    assert len(service.store.outbox.claim(2, TAKE_FOR)) == 2
+    assert len(service.store.outbox.claim(10, TAKE_FOR)) == 3
+
+
+def test_the_lag_of_delivered_notifications_is_read_back(engine: Engine, clock: FakeClock) -> None:
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    [taken] = service.store.outbox.claim(1, TAKE_FOR)
+    clock.advance(seconds=2)
+    service.store.outbox.delivered(taken, "{}", 204)
+    assert service.store.outbox.recent_lags() == [2.0]
 
 
 def test_without_notifications_configured_nothing_is_recorded(engine: Engine) -> None:

@@ -38,6 +38,10 @@ delivered by each worker's dispatcher now (``workers.tasks.dispatcher``), never 
 task."""
 
 
+IDLE_POLL = 0.5
+"""Seconds a consumer's read of the broker waits for a message before it looks again."""
+
+
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
         # the folders are made with a channel (workers.tasks.embedded_broker)
@@ -52,6 +56,10 @@ def broker_options(config: Settings) -> dict[str, Any]:
             "store_processed": False,
             "polling_interval": 0.05,
         }
+    # kombu's documented transport option; on Redis it is the BRPOP's timeout, how long a
+    # green worker's idle consumer waits before it looks at its state again: a TERM is
+    # seen within it (an idle worker stops within 2 s)
+    options: dict[str, Any] = {"polling_interval": IDLE_POLL}
     if config.visibility_timeout is None:
         # A wake-up is not worth two Redis transactions per task (kombu's index of
         # unacknowledged messages, for its redelivery after the visibility timeout):
@@ -60,10 +68,10 @@ def broker_options(config: Settings) -> dict[str, Any]:
         # messages a worker holds go back to the queue when it stops; those of a
         # worker that is killed are re-sent by the sweeper (a stale queued run, an
         # expired lease), as they were before the redelivery's hour had passed.
-        return {"ack_emulation": False}
+        return options | {"ack_emulation": False}
     # Redis redelivers an unacked message after this long, running or not:
     # it must be longer than the longest segment.
-    return {"visibility_timeout": config.visibility_timeout}
+    return options | {"visibility_timeout": config.visibility_timeout}
 
 
 class Schedule(PersistentScheduler):
