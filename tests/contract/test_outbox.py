@@ -239,6 +239,7 @@ def test_the_lag_of_delivered_notifications_is_read_back(engine: Engine, clock: 
     clock.advance(seconds=2)
     service.store.outbox.delivered(taken, "{}", 204)
     assert service.store.outbox.recent_lags() == [2.0]
+    assert service.stats().notification_lag == (2.0, 2.0)  # airlock stats, /metrics
 
 
 def test_without_notifications_configured_nothing_is_recorded(engine: Engine) -> None:

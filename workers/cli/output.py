@@ -124,6 +124,11 @@ def print_stats(figures: Stats) -> None:
         console.print(f"finished in the last {minutes} min: {finished or 'none'}")
     due, given_up = figures.notifications_due, figures.notifications_given_up
     console.print(f"notifications: {due} due, {given_up} given up")
+    if (lag := figures.notification_lag) is not None:
+        console.print(
+            f"notification lag (transition to 2xx, recent deliveries): "
+            f"p50 {lag[0]:.3f} s, p99 {lag[1]:.3f} s"
+        )
     sweeper = figures.sweeper
     if sweeper.last_run is None:
         console.print("sweeper: never ran (is `airlock beat` running?)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from pydantic import JsonValue
 
@@ -41,10 +42,10 @@ class Notifying(Reads):
             self.store, send, lambda run_id: render(self.get_run(run_id)), limit, retries
         )
 
-    def claim_notifications(self, limit: int) -> list[Notification]:
-        """Claim up to ``limit`` due notifications, each for one attempt (see
-        ``OutboxStore.claim``)."""
-        return self.store.outbox.claim(limit, TAKE_FOR)
+    def claim_notifications(self, limit: int, lease: timedelta = TAKE_FOR) -> list[Notification]:
+        """Claim up to ``limit`` due notifications, each for one attempt, held ``lease``
+        (longer than an attempt: see ``OutboxStore.claim``)."""
+        return self.store.outbox.claim(limit, lease)
 
     def deliver_notification(
         self,

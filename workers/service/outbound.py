@@ -39,8 +39,9 @@ MAX_DELIVERIES = 12
 """Tries of one notification before it is given up (kept, and counted, in the outbox):
 about 40 minutes of retries with ``workers.service.backoff``'s (capped at 10 minutes)."""
 TAKE_FOR = timedelta(seconds=60)
-"""How long a deliverer holds a notification it took: longer than a delivery's timeout,
-so no other deliverer sends it meanwhile; if the deliverer dies, it is due again."""
+"""How long a deliverer holds a notification it took, unless told (a worker's dispatcher:
+its attempts' deadline and a margin): longer than a delivery's timeout, so no other
+deliverer sends it meanwhile; if the deliverer dies, it is due again."""
 
 
 @dataclass(frozen=True)

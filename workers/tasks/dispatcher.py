@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pydantic import JsonValue
 
@@ -34,6 +34,7 @@ from persistence.domain import Run
 from persistence.store.outbox import Notification
 from workers.service import DeliveryError, Retries, Service
 from workers.service.backoff import backoff
+from workers.service.outbound import TAKE_FOR
 
 log = logging.getLogger("airlock")
 
@@ -82,6 +83,7 @@ class Dispatcher:
         *,
         concurrency: int,
         retries: Retries,
+        lease: timedelta = TAKE_FOR,
         observe: Observe | None = None,
         poll: float = POLL,
     ) -> None:
@@ -89,6 +91,7 @@ class Dispatcher:
         self._render = render
         self._concurrency = concurrency
         self._retries = retries
+        self._lease = lease
         self._observe = observe
         self._poll = poll
         self.endpoint = Endpoint()
@@ -139,7 +142,7 @@ class Dispatcher:
         if free <= 0:
             return self._poll  # a delivery that ends wakes the dispatcher
         try:
-            batch = self._service.claim_notifications(free)
+            batch = self._service.claim_notifications(free, self._lease)
         except Exception as exc:  # the database is away: the rows wait there
             log.warning(
                 f"could not claim notifications ({type(exc).__name__}); trying again",

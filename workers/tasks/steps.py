@@ -18,6 +18,7 @@ way to extend a worker: ``app.steps``, see ``workers.tasks``):
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from celery import bootsteps
@@ -31,6 +32,9 @@ from workers.tasks import dispatcher, metrics, notify
 from workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
+
+LEASE_MARGIN = 10.0
+"""Seconds a dispatcher holds a claimed notification beyond its attempt's deadline."""
 
 
 class Dispatch(bootsteps.StartStopStep):
@@ -65,6 +69,9 @@ class Dispatch(bootsteps.StartStopStep):
             lambda run: run_view(running, run),
             concurrency=config.notify_concurrency,
             retries=Retries(config.notify_retry_max_delay, config.notify_max_attempts),
+            # longer than an attempt, whose deadline ends it: a claim of a worker killed
+            # mid-send is due again soon after
+            lease=timedelta(seconds=config.notify_timeout + LEASE_MARGIN),
             observe=metrics.observe_lag,
         )
         self.running.start()
