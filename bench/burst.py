@@ -4,7 +4,10 @@ the same burst taken by ``airlock worker`` with no options (on Redis: ``-P geven
 worker's intake is all that is measured. Then how long an idle worker takes to stop on
 SIGTERM.
 
-    .venv/bin/python -m bench.burst [--runs 100] [--rounds 2]
+    .venv/bin/python -m bench.burst [--runs 100] [--rounds 2] [--no-notify]
+
+Notifications are on, by default: each run's ``run.completed`` goes to a receiver in its
+own process (``bench.receiver``, 204 at once).
 
 Target: ``-c 2`` takes the burst at least half as fast as the default (before: about
 one task per 2 s with ``-c 2``: Celery's green consumer waited out its 2 s poll after
@@ -26,19 +29,20 @@ from typing import Any
 
 import redis
 
+from bench import receiver
 from bench.common import REDIS, progress, record, temporary_database
 from bench.stack import bench_config, wait_answers
 from persistence.domain import RunStatus
-from workers.testing import Process, Stack, airlock_env, wait_for
+from workers.testing import SECRET, Process, Stack, airlock_env, wait_for
 
 
-def burst(runs: int, options: list[str]) -> dict[str, float]:
+def burst(runs: int, options: list[str], settings: dict[str, str]) -> dict[str, float]:
     """``runs`` instant runs created at once, taken by ``airlock worker OPTIONS``: runs/s
     from the first create to the last completed; and the idle worker's stop on TERM."""
     redis.Redis.from_url(REDIS).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-burst-"))
     with temporary_database() as url:
-        stack = Stack(bench_config(url, REDIS, tmp), tmp)
+        stack = Stack(bench_config(url, REDIS, tmp) | settings, tmp)
         argv = [sys.executable, "-m", "workers", "worker", "-n", "burst@%h", *options]
         worker = Process("worker", argv, airlock_env(stack.config, stack.outbox), tmp / "w.log")
         stack.processes.append(worker.start())
@@ -71,13 +75,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--notify", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
+    hook, url = receiver.start("fast") if args.notify else (None, None)
+    settings = {"AIRLOCK_NOTIFY_URL": url, "AIRLOCK_NOTIFY_SECRET": SECRET} if url else {}
     sides: dict[str, list[str]] = {"c2": ["--concurrency", "2"], "default": []}
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-    for r in range(args.rounds):
-        for name, options in sides.items():
-            progress(f"round {r + 1}/{args.rounds}: airlock worker {' '.join(options)}…")
-            samples[name].append(burst(args.runs, options))
+    try:
+        for r in range(args.rounds):
+            for name, options in sides.items():
+                progress(f"round {r + 1}/{args.rounds}: airlock worker {' '.join(options)}…")
+                samples[name].append(burst(args.runs, options, settings))
+    finally:
+        if hook is not None:
+            hook.stop()
     result: dict[str, Any] = {
         name: {
             "runs_per_s": statistics.median(s["runs_per_s"] for s in got),
@@ -95,9 +106,8 @@ def main() -> None:
             f" {result[name]['idle_stop_s_max']} s at most"
         )
     print(f"-c 2 / default: {result['ratio_c2_to_default']}x (target ≥ 0.5x)")
-    record(
-        "burst", f"burst --runs {args.runs} --rounds {args.rounds}", result, uptime=os.getloadavg()
-    )
+    command = f"burst --runs {args.runs} --rounds {args.rounds}"
+    record("burst", command + ("" if args.notify else " --no-notify"), result)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,7 @@ def test_a_receiver_that_holds_one_delivery_holds_no_other(
         return 204
 
     with dispatching(service, send) as dispatcher:
-        for run_id in others:
-            wait_for("the others' deliveries", lambda run_id=run_id: notified(service, run_id))
+        wait_for("the others' deliveries", lambda: all(notified(service, r) for r in others))
         assert notified(service, held) == 0 and dispatcher.in_flight == 1
         released.set()
         wait_for("the held delivery", lambda: notified(service, held))
