@@ -73,17 +73,6 @@ class OutboxStore:
                 OUTBOX.insert().values(new_notification(uuid.UUID(run_id), event_type, self._now()))
             )
 
-    def due(self, limit: int = 100) -> list[int]:
-        """The ids of the rows due now, oldest first."""
-        with self._ctx.conns.one() as s:
-            ids = s.scalars(
-                select(OUTBOX.c.id)
-                .where(OUTBOX.c.due_at.is_not(None), OUTBOX.c.due_at <= self._now())
-                .order_by(OUTBOX.c.id)
-                .limit(limit)
-            ).all()
-        return [int(i) for i in ids]
-
     def claim(self, limit: int, lease: timedelta) -> list[Notification]:
         """Claim up to ``limit`` due rows for one delivery attempt each, the earliest due
         first, each its run's first unsettled row (see the module's docstring)."""
@@ -113,23 +102,6 @@ class OutboxStore:
                 .returning(*TAKEN)
             ).all()
         return sorted((self._taken(row) for row in rows), key=lambda n: n.id)
-
-    def take(self, notification_id: int, lease: timedelta) -> Notification | None:
-        """Take a due row for one delivery attempt; ``None`` if it is not due (another
-        deliverer took it, or it was settled meanwhile)."""
-        now = self._now()
-        with self._ctx.conns.one() as s:
-            row = s.execute(
-                update(OUTBOX)
-                .where(
-                    OUTBOX.c.id == notification_id,
-                    OUTBOX.c.due_at.is_not(None),
-                    OUTBOX.c.due_at <= now,
-                )
-                .values(due_at=now + lease, attempts=OUTBOX.c.attempts + 1)
-                .returning(*TAKEN)
-            ).first()
-        return None if row is None else self._taken(row)
 
     def _taken(self, row: Any) -> Notification:
         body = self._cipher.open_text(row.body) if row.body else None

@@ -100,8 +100,8 @@ def deliver(
     retries: Retries = DEFAULT_RETRIES,
 ) -> bool:
     """One attempt at a claimed notification: every attempt sends the same body under
-    the same webhook-id, settles the row and is told in the run's audit stream
-    (``notified`` / ``notify_failed``). Whether it was delivered."""
+    the same webhook-id and settles the row; a failed one is told in the run's audit
+    stream too (``notify_failed``). Whether it was delivered."""
     body = taken.body or json.dumps(
         {
             "type": taken.event_type,
@@ -129,6 +129,7 @@ def deliver(
             extra={"action": "notify.failed", "run_id": taken.run_id},
         )
         return False
+    # the outbox row is the record of a delivery (its status, when): an event as well
+    # would be a second write per delivery, and on the run's own row (its events' seq)
     store.outbox.delivered(taken, body, status)
-    store.events.append_event(taken.run_id, "notified", {**told, "status": status})
     return True
