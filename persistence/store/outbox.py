@@ -94,7 +94,8 @@ class OutboxStore:
         )
         if self._ctx.conns.postgres:
             picked = picked.with_for_update(skip_locked=True)
-        with self._ctx.conns.one() as s:
+        # not waiting for the disk: a claim lost to a crash is a row due again
+        with self._ctx.conns.one(durable=False) as s:
             rows = s.execute(
                 update(OUTBOX)
                 .where(OUTBOX.c.id.in_(picked.scalar_subquery()))
@@ -134,8 +135,10 @@ class OutboxStore:
         self._settle(taken, body, due_at=due_at, last_error=error[:2000], status_code=status_code)
 
     def _settle(self, taken: Notification, body: str, **values: Any) -> None:
-        # only while no later attempt took it (this one's lease ran out meanwhile)
-        with self._ctx.conns.one() as s:
+        # only while no later attempt took it (this one's lease ran out meanwhile); not
+        # waiting for the disk: a settlement lost to a crash of the database is a row
+        # due again, delivered at least once
+        with self._ctx.conns.one(durable=False) as s:
             s.execute(
                 update(OUTBOX)
                 .where(OUTBOX.c.id == taken.id, OUTBOX.c.attempts == taken.attempts)
