@@ -29,7 +29,7 @@ from workers.service import Retries
 from workers.service.settings import settings
 from workers.service.views import run_view
 from workers.tasks import dispatcher, metrics, notify
-from workers.tasks.wiring import service
+from workers.tasks.wiring import dispatching_service
 
 log = logging.getLogger("airlock")
 
@@ -51,7 +51,7 @@ class Dispatch(bootsteps.StartStopStep):
         url = config.notify_url
         if not url or config.notify_concurrency == 0:
             return
-        running = service()
+        running = dispatching_service(config)
 
         def send(body: str, webhook_id: str) -> int:
             delivery = notify.deliver(

@@ -52,6 +52,20 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
     )
 
 
+DISPATCH_POOL = 4
+"""Connections of a worker's notification dispatcher's own pool (at most
+``AIRLOCK_DB_POOL_SIZE``)."""
+
+
+def dispatching_service(config: Settings) -> Service:
+    """The service a worker's notification dispatcher claims, reads and settles the
+    outbox through: on a pool of its own (``DISPATCH_POOL`` connections), so that its
+    deliveries never wait for a connection behind the segments, nor the segments
+    behind them."""
+    own = config.model_copy(update={"db_pool_size": min(DISPATCH_POOL, config.db_pool_size)})
+    return build_service(own, broker.enqueue_segment, dispatcher.wake_up)
+
+
 @lru_cache(maxsize=1)
 def service() -> Service:
     """The process's service, publishing wake-ups through the Celery app; with
