@@ -53,13 +53,13 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
 
 
 DISPATCH_POOL = 4
-"""Connections of a worker's notification dispatcher's own pool (at most
-``AIRLOCK_DB_POOL_SIZE``)."""
+"""Connections of each of a worker's notification dispatcher's own pools (at most
+``AIRLOCK_DB_POOL_SIZE``): its claims and settlements use one, its reads another."""
 
 
 def dispatching_service(config: Settings) -> Service:
     """The service a worker's notification dispatcher claims, reads and settles the
-    outbox through: on a pool of its own (``DISPATCH_POOL`` connections), so that its
+    outbox through: on pools of its own (``DISPATCH_POOL`` connections each), so that its
     deliveries never wait for a connection behind the segments, nor the segments
     behind them."""
     own = config.model_copy(update={"db_pool_size": min(DISPATCH_POOL, config.db_pool_size)})
