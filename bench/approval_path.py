@@ -56,7 +56,7 @@ from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_dat
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
-from workers.testing import SECRET, Stack, wait_for
+from airlock.workers.testing import SECRET, Stack, wait_for
 
 PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
 TRACED = ("decided", "published", "received", "task", "claimed")

@@ -18,10 +18,10 @@ import time
 
 from bench.agents import AGENTS
 from bench.common import progress, record, temporary_database
-from persistence.db import make_engine
-from persistence.store import RunStore
-from workers.service import Outcome, Service
-from workers.service.registry import Registry
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Outcome, Service
+from airlock.workers.service.registry import Registry
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from bench.approval_path import PARTS, ms, one_approval
 from bench.common import outbox_figures, progress, record
 from bench.http import Client
 from bench.stack import deployment
-from workers.testing import SECRET
+from airlock.workers.testing import SECRET
 
 
 def side(n: int, settings: dict[str, str]) -> tuple[list[dict[str, float]], dict[str, Any]]:

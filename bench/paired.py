@@ -33,7 +33,7 @@ from bench.approval_path import PARTS, one_approval
 from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
 from bench.http import Client
 from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
-from workers.testing import (
+from airlock.workers.testing import (
     ROOT,
     Process,
     Stack,

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from workers.testing import Process, free_port, wait_for
+from airlock.workers.testing import Process, free_port, wait_for
 
 MODES = ("fast", "slow", "trickle")
 

@@ -17,9 +17,9 @@ from datetime import timedelta
 from bench.agents import MAILER
 from bench.checkpoint import SIZES, state_of_size
 from bench.common import progress, record, temporary_database
-from loop import Approve, LoopResult, ToolLoop
-from persistence.db import make_engine
-from persistence.store import RunStore
+from airlock.loop import Approve, LoopResult, ToolLoop
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
 
 LEASE = timedelta(seconds=60)
 

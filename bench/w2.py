@@ -74,8 +74,8 @@ from bench.common import (
 from bench.http import AsyncClient
 from bench.stack import AUTH, bench_config, pct, rss_kb, up, wait_answers
 from bench.w2_agents import MODEL_URL
-from workers.cli.demo import signed_request
-from workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
+from airlock.workers.cli.demo import signed_request
+from airlock.workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
 
 POLL = 0.25
 """Seconds between a client's polls, as the issue's users poll (``--poll``)."""

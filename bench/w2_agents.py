@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from bench.agents import lookup, send_email
-from loop import Agent
-from providers import OpenAIModel
+from airlock.loop import Agent
+from airlock.providers import OpenAIModel
 
 MODEL_URL = "BENCH_W2_MODEL_URL"
 

@@ -19,8 +19,8 @@ from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from persistence.db import make_engine, shown_url
-from persistence.migrations import alembic_config, upgrade
+from airlock.persistence.db import make_engine, shown_url
+from airlock.persistence.migrate import alembic_config, upgrade
 
 UPGRADE = "airlock db upgrade"
 """The command that brings a database to this code's schema."""

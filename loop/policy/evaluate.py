@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
-from loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
-from loop.policy.verdicts import NO_RULE, Judgement, strictest
+from airlock.loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
+from airlock.loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
+from airlock.loop.policy.verdicts import NO_RULE, Judgement, strictest
 
 
 @dataclass(frozen=True, slots=True)

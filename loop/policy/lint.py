@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from loop.policy.rules import Policy, Predicate, Rule, in_order
+from airlock.loop.policy.rules import Policy, Predicate, Rule, in_order
 
 
 @dataclass(frozen=True, slots=True)

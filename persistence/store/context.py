@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from persistence.crypto import StateCipher
-from persistence.store.common import Clock
-from persistence.store.connections import Connections
-from persistence.store.dialects import Statements
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.store.common import Clock
+from airlock.persistence.store.connections import Connections
+from airlock.persistence.store.dialects import Statements
 
 
 @dataclass(frozen=True)

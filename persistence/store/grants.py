@@ -14,13 +14,13 @@ from pydantic import JsonValue
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
-from loop import SuspendedRunState
-from persistence.domain import CallRecord, DecisionRecord, GrantRecord, Release
-from persistence.store import sql
-from persistence.store.common import Event, parse_run_id
-from persistence.store.context import Context
-from persistence.store.dialects import Writes
-from persistence.store.transitions import RUNNING, Guard, Transitions
+from airlock.loop import SuspendedRunState
+from airlock.persistence.domain import CallRecord, DecisionRecord, GrantRecord, Release
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.transitions import RUNNING, Guard, Transitions
 
 GRANTS, DECISIONS, RUNS = sql.GRANTS, sql.DECISIONS, sql.RUNS
 

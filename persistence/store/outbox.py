@@ -21,8 +21,8 @@ from typing import Any
 
 from sqlalchemy import exists, func, select, update
 
-from persistence.store.context import Context
-from persistence.store.sql import OUTBOX, new_notification
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import OUTBOX, new_notification
 
 
 @dataclass(frozen=True, slots=True)

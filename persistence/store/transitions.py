@@ -14,12 +14,12 @@ from sqlalchemy import ColumnElement, bindparam, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Update
 
-from loop import StateError, SuspendedRunState, Usage
-from persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
-from persistence.store import sql
-from persistence.store.common import Event, parse_run_id
-from persistence.store.context import Context
-from persistence.store.dialects import Writes
+from airlock.loop import StateError, SuspendedRunState, Usage
+from airlock.persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.dialects import Writes
 
 RUNS = sql.RUNS
 RENEW_CHUNK = 500

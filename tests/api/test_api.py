@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import OLD_SECRET, Api
-from workers.service.principals import Principal
-from workers.service.views import EventPage, RunPage, RunView
-from workers.testing import SECRET
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.views import EventPage, RunPage, RunView
+from airlock.workers.testing import SECRET
 
 OPERATOR = Principal.trusted("test")
 

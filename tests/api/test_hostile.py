@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
-from workers.testing import TOKEN
+from airlock.workers.testing import TOKEN
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -96,7 +96,7 @@ def test_one_unreadable_checkpoint_breaks_only_its_own_run(api: Api) -> None:
 
     from sqlalchemy import update
 
-    from persistence.store.sql import RUNS
+    from airlock.persistence.store.sql import RUNS
 
     bad, good = api.waiting(), api.waiting()
     with api.service.store.engine.begin() as conn:

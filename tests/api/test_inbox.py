@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from tests.api.conftest import Api, make_api
 from tests.integration.agents import HOSTILE_BODY
 from tests.issuer import Issuer
-from workers.http.inbox.pages import CSP
-from workers.service.sessions import PER_CLIENT, PER_NAME, WINDOW
-from workers.testing import TOKEN
+from airlock.workers.http.inbox.pages import CSP
+from airlock.workers.service.sessions import PER_CLIENT, PER_NAME, WINDOW
+from airlock.workers.testing import TOKEN
 
 
 @pytest.fixture
@@ -261,7 +261,7 @@ def test_no_cookie_key_is_derived_from_the_webhook_secret(db_url: str, issuer: I
     from itsdangerous import URLSafeTimedSerializer
 
     from tests.api.conftest import OLD_SECRET
-    from workers.testing import SECRET
+    from airlock.workers.testing import SECRET
 
     api = make_api(db_url, api_token=None, **issuer.settings())
     try:

@@ -17,7 +17,7 @@ import pytest
 from tests.api.conftest import Api, make_api
 from tests.issuer import Issuer, new_key
 from tests.sse import Frame, frames, parse
-from workers.testing import TOKEN, wait_for
+from airlock.workers.testing import TOKEN, wait_for
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 PROBLEM = "application/problem+json"

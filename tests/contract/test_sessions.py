@@ -11,8 +11,8 @@ from datetime import timedelta
 from pydantic import JsonValue
 from sqlalchemy import Engine
 
-from persistence.db import make_engine
-from persistence.store import RunStore
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
 from tests.conftest import FakeClock
 
 WINDOW = timedelta(minutes=5)

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import IN_CI, POSTGRES_URL, ROOT
 from tests.integration.conftest import SHARED_REDIS
-from workers.testing import Process, wait_for
+from airlock.workers.testing import Process, wait_for
 
 SOURCES = ("pyproject.toml", "README.md", "loop", "persistence", "providers", "workers")
 """What the Dockerfile's first stage copies to build the wheel: nothing else."""

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run
-from workers.testing import free_port
+from airlock.workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -17,7 +17,7 @@ from standardwebhooks import Webhook
 
 from tests.api.conftest import OLD_SECRET
 from tests.integration.conftest import StackFactory
-from workers.testing import SECRET, TOKEN, wait_for
+from airlock.workers.testing import SECRET, TOKEN, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from persistence.domain import RunStatus
-from persistence.store.sql import OUTBOX
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store.sql import OUTBOX
 from tests.integration.conftest import StackFactory
 from tests.integration.test_faults import private_redis  # noqa: F401 - a fixture
 from tests.integration.test_workers import approve
-from workers.testing import PrivateRedis, Stack, free_port, wait_for
+from airlock.workers.testing import PrivateRedis, Stack, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

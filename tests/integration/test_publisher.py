@@ -1,4 +1,4 @@
-"""The wake-up publisher (``workers.tasks.broker.Publisher``) against a real Redis: its
+"""The wake-up publisher (``airlock.workers.tasks.broker.Publisher``) against a real Redis: its
 message is the one Celery's ``send_task`` publishes, a dropped connection is
 replaced, and a forked child never shares its parent's."""
 
@@ -17,9 +17,9 @@ import pytest
 import redis
 from celery import Celery
 
-from workers.service.settings import Settings
-from workers.tasks.broker import QUEUE, RUN_SEGMENT, make_app
-from workers.tasks.publisher import Publisher
+from airlock.workers.service.settings import Settings
+from airlock.workers.tasks.broker import QUEUE, RUN_SEGMENT, make_app
+from airlock.workers.tasks.publisher import Publisher
 
 
 @pytest.fixture

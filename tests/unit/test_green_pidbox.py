@@ -1,4 +1,4 @@
-"""The green worker's remote control reconnects (workers.tasks.green_pidbox); the behaviour
+"""The green worker's remote control reconnects (airlock.workers.tasks.green_pidbox); the behaviour
 against a real Redis restart is in tests/integration/test_faults.py."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from celery.worker import pidbox
 from celery.worker.consumer import consumer
 
-from workers.tasks import green_pidbox
-from workers.tasks.broker import app
+from airlock.workers.tasks import green_pidbox
+from airlock.workers.tasks.broker import app
 
 
 class _Lost:

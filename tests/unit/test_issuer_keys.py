@@ -14,8 +14,8 @@ import pytest
 from jwt import PyJWK
 
 from tests.issuer import Issuer
-from workers.http import issuer_keys
-from workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
+from airlock.workers.http import issuer_keys
+from airlock.workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
 
 GUARD = 30.0
 """Seconds before a test that deadlocked gives up (never reached when it passes)."""

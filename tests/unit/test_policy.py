@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from pydantic import JsonValue
 
-from loop.policy import (
+from airlock.loop.policy import (
     NO_RULE,
     CallFacts,
     Judgement,

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from loop.policy import CallFacts, Policy, Predicate, Rule, judge
-from loop.policy.evaluate import skipped
-from loop.policy.verdicts import Verdict
+from airlock.loop.policy import CallFacts, Policy, Predicate, Rule, judge
+from airlock.loop.policy.evaluate import skipped
+from airlock.loop.policy.verdicts import Verdict
 
 PATHS = ["a", "b"]
 VALUES: st.SearchStrategy[JsonValue] = st.one_of(

@@ -20,9 +20,9 @@ import httpx
 from jwt import PyJWK, PyJWKSet
 from jwt.exceptions import PyJWTError
 
-from loop.errors import AirlockError
-from providers.http import client
-from providers.transport import DEADLINE as WITHIN
+from airlock.loop.errors import AirlockError
+from airlock.providers.http import client
+from airlock.providers.transport import DEADLINE as WITHIN
 
 LIFESPAN = 300.0
 """Seconds a fetched key set is used before it is fetched again (a known key keeps

@@ -8,15 +8,15 @@ from dataclasses import dataclass, replace
 
 from pydantic import JsonValue
 
-from loop import PendingCall, StateError, SuspendedRunState, check_decisions
-from loop.canonical import sha256_hex
-from persistence.domain import ApprovalRecord, DecisionOutcome, GrantRecord, Run, RunStatus
-from persistence.store import Event, Receipt, RunStore, UnknownRunError
-from workers.service.decisions import DecisionBody, to_loop_decisions
-from workers.service.grants import given, summary
-from workers.service.principals import AIRLOCK, Authority, Principal, approval_of, authorise
-from workers.service.registry import Registry, UnknownAgentError
-from workers.service.results import ConflictError, DecisionResult
+from airlock.loop import PendingCall, StateError, SuspendedRunState, check_decisions
+from airlock.loop.canonical import sha256_hex
+from airlock.persistence.domain import ApprovalRecord, DecisionOutcome, GrantRecord, Run, RunStatus
+from airlock.persistence.store import Event, Receipt, RunStore, UnknownRunError
+from airlock.workers.service.decisions import DecisionBody, to_loop_decisions
+from airlock.workers.service.grants import given, summary
+from airlock.workers.service.principals import AIRLOCK, Authority, Principal, approval_of, authorise
+from airlock.workers.service.registry import Registry, UnknownAgentError
+from airlock.workers.service.results import ConflictError, DecisionResult
 
 
 @dataclass

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from persistence.domain import Run
-from persistence.store.outbox import Notification
-from workers.service.outbound import (
+from airlock.persistence.domain import Run
+from airlock.persistence.store.outbox import Notification
+from airlock.workers.service.outbound import (
     DEFAULT_RETRIES,
     TAKE_FOR,
     DeliveryReport,
@@ -18,8 +18,8 @@ from workers.service.outbound import (
     deliver,
     deliver_due,
 )
-from workers.service.reads import Reads
-from workers.service.segments import EventType
+from airlock.workers.service.reads import Reads
+from airlock.workers.service.segments import EventType
 
 
 class Notifying(Reads):

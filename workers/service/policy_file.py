@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from loop.policy import Policy, PolicyError, RunPolicy, parse_policy
+from airlock.loop.errors import AirlockError
+from airlock.loop.policy import Policy, PolicyError, RunPolicy, parse_policy
 
 log = logging.getLogger("airlock")
 

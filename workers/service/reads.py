@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
-from persistence import schema
-from persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
-from persistence.schema import SchemaStatus
-from persistence.store import Clock, RunStore
-from workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
-from workers.service.segments import Limits
+from airlock.persistence import schema
+from airlock.persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
+from airlock.persistence.schema import SchemaStatus
+from airlock.persistence.store import Clock, RunStore
+from airlock.workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
+from airlock.workers.service.segments import Limits
 
 
 def quantiles(values: Sequence[float]) -> tuple[float, float] | None:
@@ -113,5 +113,5 @@ class Reads:
             conn.execute(text("SELECT 1"))
 
     def schema_status(self) -> SchemaStatus:
-        """Whether the database's schema is this version's (``persistence.schema``)."""
+        """Whether the database's schema is this version's (``airlock.persistence.schema``)."""
         return schema.check(self.store.engine)

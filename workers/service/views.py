@@ -8,10 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
-from persistence.domain import Run, RunEvent
-from workers.service import Service, SweeperHealth
-from workers.service.decisions import to_loop_decisions
+from airlock.loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
+from airlock.persistence.domain import Run, RunEvent
+from airlock.workers.service import Service, SweeperHealth
+from airlock.workers.service.decisions import to_loop_decisions
 
 
 class UsageView(BaseModel):

@@ -1,8 +1,8 @@
 """The Celery app: its configuration, the task names, the queues, beat's schedule and
 the publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
-by task name); the tasks are registered on it by ``workers.tasks`` (``jobs``), which
+by task name); the tasks are registered on it by ``airlock.workers.tasks`` (``jobs``), which
 imports this module first: ``celery -A workers worker`` / ``celery -A workers beat``
-load the package (``workers.app``).
+load the package (``airlock.workers.app``).
 
 The database, not the broker, is the source of truth: a message is only a
 wake-up. Every task starts with a guarded claim, so a duplicate or redelivered
@@ -19,9 +19,9 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 from kombu import Queue
 
-from workers.service.settings import Settings, settings
-from workers.tasks import embedded_broker, green_pidbox
-from workers.tasks.publisher import Publisher
+from airlock.workers.service.settings import Settings, settings
+from airlock.workers.tasks import embedded_broker, green_pidbox
+from airlock.workers.tasks.publisher import Publisher
 
 RUN_SEGMENT = "airlock.run_segment.v1"
 SWEEP = "airlock.sweep.v1"
@@ -34,7 +34,7 @@ QUEUE = "airlock"
 NOTIFY_QUEUE = "airlock.notifications"
 """The queue where earlier versions sent deliveries as tasks (``NOTIFY``, ``DELIVER``):
 a worker still consumes it, so that what they left there is taken. Notifications are
-delivered by each worker's dispatcher now (``workers.tasks.dispatcher``), never by a
+delivered by each worker's dispatcher now (``airlock.workers.tasks.dispatcher``), never by a
 task."""
 
 
@@ -44,7 +44,7 @@ IDLE_POLL = 0.5
 
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
-        # the folders are made with a channel (workers.tasks.embedded_broker)
+        # the folders are made with a channel (airlock.workers.tasks.embedded_broker)
         folder = config.broker_folder.resolve()
         # A worker finds a message at its next poll (every 0.05 s). A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
@@ -113,7 +113,7 @@ def make_app(config: Settings) -> Celery:
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
         worker_hijack_root_logger=False,
         # Celery's consumer, whose remote control on a gevent worker outlives a broker
-        # restart (workers.tasks.green_pidbox)
+        # restart (airlock.workers.tasks.green_pidbox)
         worker_consumer=green_pidbox.Consumer,
         beat_scheduler=Schedule,
         beat_schedule_filename=str(config.beat_schedule),

@@ -8,7 +8,7 @@ LOCKED`` on PostgreSQL, so the dispatchers of several workers take disjoint rows
 claimer at a time on SQLite; only a run's first unsettled row, so a run's events reach
 the receiver in order) and sends each in a thread of its own (a greenlet under gevent),
 at most ``AIRLOCK_NOTIFY_CONCURRENCY`` in flight, over the process's one pooled client
-with a deadline per attempt and a bounded read (``workers.tasks.notify``). It never
+with a deadline per attempt and a bounded read (``airlock.workers.tasks.notify``). It never
 takes a slot of the worker's pool: a slow, dead or trickling receiver holds
 deliveries, never a segment.
 
@@ -31,11 +31,11 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import JsonValue
 
-from persistence.domain import Run
-from persistence.store.outbox import Notification
-from workers.service import DeliveryError, Retries, Service
-from workers.service.backoff import backoff
-from workers.service.outbound import TAKE_FOR
+from airlock.persistence.domain import Run
+from airlock.persistence.store.outbox import Notification
+from airlock.workers.service import DeliveryError, Retries, Service
+from airlock.workers.service.backoff import backoff
+from airlock.workers.service.outbound import TAKE_FOR
 
 log = logging.getLogger("airlock")
 
@@ -197,7 +197,7 @@ class Dispatcher:
 
 
 _running: list[Dispatcher] = []
-"""This process's dispatcher, while it runs one (``workers.tasks.steps``)."""
+"""This process's dispatcher, while it runs one (``airlock.workers.tasks.steps``)."""
 
 
 def attach(running: Dispatcher) -> None:

@@ -1,5 +1,5 @@
 """The Celery tasks: thin shells over the service (the door of every segment and beat
-job). Their names are versioned constants of ``workers.tasks.broker``."""
+job). Their names are versioned constants of ``airlock.workers.tasks.broker``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 from celery import Task
 
-from workers.service import EventType, is_database_error
-from workers.service.backoff import backoff
-from workers.service.settings import settings
-from workers.tasks import metrics
-from workers.tasks.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
-from workers.tasks.wiring import service
+from airlock.workers.service import EventType, is_database_error
+from airlock.workers.service.backoff import backoff
+from airlock.workers.service.settings import settings
+from airlock.workers.tasks import metrics
+from airlock.workers.tasks.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from airlock.workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
 
@@ -44,7 +44,7 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
 @app.task(name=DELIVER)
 def deliver_notifications() -> int:
     """A wake-up an earlier version queued for its deliverers: the dispatcher of each
-    worker delivers the outbox now (``workers.tasks.dispatcher``), so it does nothing."""
+    worker delivers the outbox now (``airlock.workers.tasks.dispatcher``), so it does nothing."""
     return 0
 
 

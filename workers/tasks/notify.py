@@ -2,11 +2,11 @@
 POSTed to AIRLOCK_NOTIFY_URL when a run starts waiting and when it settles.
 
 The transition that causes one records it in the outbox (see
-``persistence.store.outbox``); ``deliver_due`` sends what is due, woken after the
+``airlock.persistence.store.outbox``); ``deliver_due`` sends what is due, woken after the
 commit and by the beat, so a lost wake-up or a worker lost mid-delivery delays a
 notification and never loses it.
 
-Every POST goes through the process's one outbound client (``providers.http.client``,
+Every POST goes through the process's one outbound client (``airlock.providers.http.client``,
 connections kept and pooled, shared with the model providers and the JWKS fetches),
 from whatever thread or greenlet delivers. An attempt ends by its deadline whatever
 the receiver does (the transport's ``DEADLINE``: connecting, sending, headers or a
@@ -29,10 +29,10 @@ import httpx
 from pydantic import JsonValue
 from standardwebhooks import Webhook
 
-from providers.http import client
-from providers.transport import DEADLINE as WITHIN
-from workers.service import DeliveryError, DeliveryReport, Service
-from workers.service.views import run_view
+from airlock.providers.http import client
+from airlock.providers.transport import DEADLINE as WITHIN
+from airlock.workers.service import DeliveryError, DeliveryReport, Service
+from airlock.workers.service.views import run_view
 
 __all__ = ["Delivery", "DeliveryError", "deliver", "deliver_due"]
 

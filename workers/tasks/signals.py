@@ -1,6 +1,6 @@
 """What a worker does as it starts: the metrics server, a word on the pool, and database
 connections of each pool process's own. (Beat's folder is made by its scheduler:
-``workers.tasks.broker.Schedule``.)"""
+``airlock.workers.tasks.broker.Schedule``.)"""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 from celery.signals import worker_init, worker_process_init
 
-from workers.service.settings import settings
-from workers.tasks import metrics
-from workers.tasks.broker import NOTIFY_QUEUE, QUEUE, app
-from workers.tasks.wiring import service
+from airlock.workers.service.settings import settings
+from airlock.workers.tasks import metrics
+from airlock.workers.tasks.broker import NOTIFY_QUEUE, QUEUE, app
+from airlock.workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
 

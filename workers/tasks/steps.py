@@ -1,7 +1,7 @@
 """What a worker runs beside its pool, added through Celery's bootsteps (its documented
-way to extend a worker: ``app.steps``, see ``workers.tasks``):
+way to extend a worker: ``app.steps``, see ``airlock.workers.tasks``):
 
-- ``Dispatch``: the notification dispatcher of this process (``workers.tasks.dispatcher``),
+- ``Dispatch``: the notification dispatcher of this process (``airlock.workers.tasks.dispatcher``),
   with ``AIRLOCK_NOTIFY_URL`` set and ``AIRLOCK_NOTIFY_CONCURRENCY`` above 0;
 - ``Intake``: on a green pool (gevent, eventlet), one message more than the pool has
   slots. Without it, a worker whose every slot is busy stops reading the broker (kombu's
@@ -25,11 +25,11 @@ from celery import bootsteps
 from celery.worker.components import Pool
 from celery.worker.consumer.tasks import Tasks
 
-from workers.service import Retries
-from workers.service.settings import settings
-from workers.service.views import run_view
-from workers.tasks import dispatcher, metrics, notify
-from workers.tasks.wiring import dispatching_service
+from airlock.workers.service import Retries
+from airlock.workers.service.settings import settings
+from airlock.workers.service.views import run_view
+from airlock.workers.tasks import dispatcher, metrics, notify
+from airlock.workers.tasks.wiring import dispatching_service
 
 log = logging.getLogger("airlock")
 

@@ -1,5 +1,5 @@
 """The composition root: the process's one Service, built from the settings, with the
-Celery app (``workers.tasks.broker``) as its publisher and this process's notification
+Celery app (``airlock.workers.tasks.broker``) as its publisher and this process's notification
 dispatcher (if it runs one) woken by its transitions. The doors get what they need from
 here."""
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
-from persistence.crypto import StateCipher
-from persistence.db import make_engine
-from persistence.store import RunStore
-from workers.service import Enqueue, Limits, Notify, Service
-from workers.service.policy_file import PolicyHolder
-from workers.service.registry import Registry
-from workers.service.settings import Settings, settings
-from workers.tasks import broker, dispatcher
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Enqueue, Limits, Notify, Service
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.settings import Settings, settings
+from airlock.workers.tasks import broker, dispatcher
 
 
 def limits_of(config: Settings) -> Limits:

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from loop import Agent, DecisionError, Deny, Edit, SuspendedRunState
-from loop.decisions import CallDecision
-from loop.errors import ToolArgumentsError
-from loop.events import DecisionSource
-from loop.gate import denial, resolve
-from loop.state import PendingCall
-from workers.http.inbox.forms import Field, FormError, decision_of
-from workers.service.decisions import to_loop_decisions
-from workers.service.principals import ForbiddenError, Principal, authorise
+from airlock.loop import Agent, DecisionError, Deny, Edit, SuspendedRunState
+from airlock.loop.decisions import CallDecision
+from airlock.loop.errors import ToolArgumentsError
+from airlock.loop.events import DecisionSource
+from airlock.loop.gate import denial, resolve
+from airlock.loop.state import PendingCall
+from airlock.workers.http.inbox.forms import Field, FormError, decision_of
+from airlock.workers.service.decisions import to_loop_decisions
+from airlock.workers.service.principals import ForbiddenError, Principal, authorise
 
 
 @dataclass(frozen=True)
