@@ -51,12 +51,12 @@ from typing import Any
 
 from sqlalchemy import text
 
+from airlock.workers.testing import SECRET, Stack, wait_for
 from bench import peer, receiver
 from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
-from airlock.workers.testing import SECRET, Stack, wait_for
 
 PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
 TRACED = ("decided", "published", "received", "task", "claimed")

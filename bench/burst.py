@@ -29,11 +29,11 @@ from typing import Any
 
 import redis
 
+from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, Process, Stack, airlock_env, wait_for
 from bench import receiver
 from bench.common import REDIS, progress, record, temporary_database
 from bench.stack import bench_config, wait_answers
-from airlock.persistence.domain import RunStatus
-from airlock.workers.testing import SECRET, Process, Stack, airlock_env, wait_for
 
 
 def burst(runs: int, options: list[str], settings: dict[str, str]) -> dict[str, float]:

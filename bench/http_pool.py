@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import progress, record
 from airlock.workers.testing import free_port, wait_for
+from bench.common import progress, record
 
 CLIENTS = ("httpx", "urllib3", "httpx2", "providers")
 BODY = {"model": "fake", "messages": [{"role": "user", "content": "mail a"}], "tools": []}

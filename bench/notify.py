@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from airlock.workers.testing import SECRET
 from bench import receiver
 from bench.approval_path import PARTS, ms, one_approval
 from bench.common import outbox_figures, progress, record
 from bench.http import Client
 from bench.stack import deployment
-from airlock.workers.testing import SECRET
 
 
 def side(n: int, settings: dict[str, str]) -> tuple[list[dict[str, float]], dict[str, Any]]:

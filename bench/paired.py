@@ -29,10 +29,6 @@ from typing import Any
 
 import redis
 
-from bench.approval_path import PARTS, one_approval
-from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
-from bench.http import Client
-from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 from airlock.workers.testing import (
     ROOT,
     Process,
@@ -41,6 +37,10 @@ from airlock.workers.testing import (
     free_port,
     wait_for,
 )
+from bench.approval_path import PARTS, one_approval
+from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
+from bench.http import Client
+from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 
 
 @contextmanager

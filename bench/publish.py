@@ -20,10 +20,10 @@ from pathlib import Path
 
 import redis
 
-from bench.common import REDIS, progress, record
 from airlock.workers.service.settings import Settings
 from airlock.workers.tasks.broker import QUEUE, RUN_SEGMENT, make_app
 from airlock.workers.tasks.publisher import Publisher
+from bench.common import REDIS, progress, record
 
 
 def timed(publish: Callable[[], object], n: int, idle: float) -> float:

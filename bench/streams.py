@@ -29,11 +29,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
-from bench.common import progress, record, temporary_database
 from airlock.workers.service import Principal, Service
 from airlock.workers.service.settings import Settings
 from airlock.workers.tasks.wiring import build_service
 from airlock.workers.testing import TOKEN, Stack
+from bench.common import progress, record, temporary_database
 
 APP = "airlock-bench-api"
 """The API's ``application_name`` on PostgreSQL: its connections are counted by it."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from bench.agents import lookup, send_email
 from airlock.loop import Agent
 from airlock.providers import OpenAIModel
+from bench.agents import lookup, send_email
 
 MODEL_URL = "BENCH_W2_MODEL_URL"
 

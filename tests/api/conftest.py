@@ -14,13 +14,13 @@ from standardwebhooks import Webhook
 
 from airlock.persistence.db import make_engine
 from airlock.persistence.store import RunStore
-from tests.issuer import Issuer
 from airlock.workers.http.api import create_app
 from airlock.workers.service import Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings
 from airlock.workers.testing import SECRET, TOKEN
+from tests.issuer import Issuer
 
 OLD_SECRET = "whsec_" + base64.b64encode(b"airlock-old-secret-0123456789abc").decode()
 

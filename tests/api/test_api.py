@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import OLD_SECRET, Api
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.views import EventPage, RunPage, RunView
 from airlock.workers.testing import SECRET
+from tests.api.conftest import OLD_SECRET, Api
 
 OPERATOR = Principal.trusted("test")
 

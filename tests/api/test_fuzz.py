@@ -9,8 +9,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from airlock.persistence.migrate import upgrade as migrate
-from tests.api.conftest import make_api
 from airlock.workers.testing import TOKEN
+from tests.api.conftest import make_api
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

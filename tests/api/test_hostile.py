@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from airlock.workers.testing import TOKEN
 from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
-from airlock.workers.testing import TOKEN
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:

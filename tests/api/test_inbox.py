@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.conftest import Api, make_api
-from tests.integration.agents import HOSTILE_BODY
-from tests.issuer import Issuer
 from airlock.workers.http.inbox.pages import CSP
 from airlock.workers.service.sessions import PER_CLIENT, PER_NAME, WINDOW
 from airlock.workers.testing import TOKEN
+from tests.api.conftest import Api, make_api
+from tests.integration.agents import HOSTILE_BODY
+from tests.issuer import Issuer
 
 
 @pytest.fixture
@@ -260,8 +260,8 @@ def test_no_cookie_key_is_derived_from_the_webhook_secret(db_url: str, issuer: I
 
     from itsdangerous import URLSafeTimedSerializer
 
-    from tests.api.conftest import OLD_SECRET
     from airlock.workers.testing import SECRET
+    from tests.api.conftest import OLD_SECRET
 
     api = make_api(db_url, api_token=None, **issuer.settings())
     try:

@@ -15,10 +15,10 @@ import jwt
 import pytest
 from sqlalchemy import text
 
-from tests.api.conftest import Api, make_api
-from tests.issuer import Issuer, new_key
 from airlock.workers.http import issuer_keys
 from airlock.workers.testing import SECRET, TOKEN
+from tests.api.conftest import Api, make_api
+from tests.issuer import Issuer, new_key
 
 PAYMENTS_SECRET = "whsec_" + base64.b64encode(b"payments-desk-secret-0123456789").decode()
 TREASURY = ["treasury"]

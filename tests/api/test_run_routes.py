@@ -13,11 +13,11 @@ import pytest
 from fastapi.routing import APIRoute
 from opentelemetry import trace
 
-from tests.api.conftest import Api, make_api
 from airlock.workers.http import api as api_module
 from airlock.workers.http.problems import SafeJSONResponse
 from airlock.workers.service.views import run_view
 from airlock.workers.testing import TOKEN
+from tests.api.conftest import Api, make_api
 
 
 @pytest.fixture

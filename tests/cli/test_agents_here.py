@@ -22,8 +22,8 @@ import pytest
 from airlock.persistence.db import make_engine
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.store import RunStore
-from tests.docs.readme import working_in
 from airlock.workers.testing import Process, free_port, wait_for
+from tests.docs.readme import working_in
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from airlock.persistence.migrate import upgrade
-from tests.cli.test_cli import airlock, clean_env
 from airlock.workers.cli.demo import dev_secrets, free_port, poll
+from tests.cli.test_cli import airlock, clean_env
 
 TOKEN = "AIRLOCK_API_TOKEN"
 SECRET = "AIRLOCK_WEBHOOK_SECRET"

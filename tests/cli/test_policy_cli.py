@@ -7,10 +7,10 @@ from pathlib import Path
 
 from airlock.persistence.db import make_engine
 from airlock.persistence.store import RunStore
-from tests.cli.test_cli import ROOT, airlock, clean_env
 from airlock.workers.service import Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
+from tests.cli.test_cli import ROOT, airlock, clean_env
 
 EXAMPLE = ROOT / "examples" / "policy.toml"
 CASES = ROOT / "examples" / "policy_cases.toml"

@@ -30,11 +30,11 @@ from airlock.loop.state import PendingCall, turn_digest
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.store import RunStore
-from tests.conftest import FakeClock
 from airlock.workers.service import ConflictError, Limits, Outcome, Service
 from airlock.workers.service.decisions import CallDecisionBody, DecisionBody
 from airlock.workers.service.principals import ForbiddenError, Principal
 from airlock.workers.service.registry import Registry
+from tests.conftest import FakeClock
 
 TREASURY = frozenset({"treasury"})
 ISSUER = "https://issuer.test"

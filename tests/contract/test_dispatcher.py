@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, select
 
 from airlock.persistence.store.sql import OUTBOX
-from tests.conftest import FakeClock
-from tests.contract.test_outbox import OPERATOR, notifying_service
 from airlock.workers.service import DeliveryError, Retries, Service
 from airlock.workers.service.views import run_view
 from airlock.workers.tasks.dispatcher import Dispatcher, Endpoint
 from airlock.workers.testing import wait_for
+from tests.conftest import FakeClock
+from tests.contract.test_outbox import OPERATOR, notifying_service
 
 Send = Callable[[str, str], int]
 

@@ -35,12 +35,12 @@ from airlock.persistence.crypto import StateCipher
 from airlock.persistence.db import make_engine
 from airlock.persistence.domain import CallStatus, RunStatus
 from airlock.persistence.store import RunStore
-from tests.conftest import FakeClock
 from airlock.workers.service import ConflictError, Limits, Outcome, Service
 from airlock.workers.service.decisions import CallDecisionBody, DecisionBody
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.views import run_view
+from tests.conftest import FakeClock
 
 OPERATOR = Principal.trusted("test")
 

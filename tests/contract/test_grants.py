@@ -37,10 +37,10 @@ from airlock.loop.tools import ToolSchema
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.store import RunStore
-from tests.conftest import FakeClock
 from airlock.workers.service import ConflictError, ForbiddenError, Limits, Principal, Service
 from airlock.workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
 from airlock.workers.service.registry import Registry
+from tests.conftest import FakeClock
 
 ISSUER = "https://issuer.test"
 ALICE = Principal(id="alice", method="oidc", roles=frozenset({"support"}), issuer=ISSUER)

@@ -96,8 +96,8 @@ def test_migrators_that_start_at_once_take_turns(postgres_template: str) -> None
     from sqlalchemy.engine import make_url
 
     from airlock.persistence.migrate import MIGRATION_LOCK
-    from tests.conftest import POSTGRES_URL
     from airlock.workers.testing import ROOT, wait_for
+    from tests.conftest import POSTGRES_URL
 
     name = f"airlock_race_{uuid.uuid4().hex[:12]}"
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")

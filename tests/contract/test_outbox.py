@@ -19,16 +19,16 @@ from airlock.persistence.crypto import StateCipher
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.store import RunStore
 from airlock.persistence.store.sql import OUTBOX
-from tests.api.test_notify import Receiver as HttpReceiver
-from tests.api.test_notify import serving
-from tests.conftest import FakeClock
-from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 from airlock.workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.outbound import TAKE_FOR
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.registry import Registry
 from airlock.workers.tasks.notify import Delivery, DeliveryError, deliver_due
+from tests.api.test_notify import Receiver as HttpReceiver
+from tests.api.test_notify import serving
+from tests.conftest import FakeClock
+from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
 
 OPERATOR = Principal.trusted("test")
 

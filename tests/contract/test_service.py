@@ -29,9 +29,6 @@ from airlock.loop.messages import Message, Usage
 from airlock.loop.tools import ToolSchema
 from airlock.persistence.domain import CallStatus, RunStatus
 from airlock.persistence.store import RunStore, utcnow
-from tests.conftest import FakeClock
-from tests.contract.helpers import sent_to_postgres
-from tests.integration.agents import AGENTS, lookup, send_email, w1
 from airlock.workers.service import ConflictError, Limits, Outcome, Service
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.events import Pending, RunEventSink
@@ -39,6 +36,9 @@ from airlock.workers.service.keeper import Keeper
 from airlock.workers.service.ledger import LedgerExecutor
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.registry import Registry
+from tests.conftest import FakeClock
+from tests.contract.helpers import sent_to_postgres
+from tests.integration.agents import AGENTS, lookup, send_email, w1
 
 OPERATOR = Principal.trusted("test")
 

@@ -17,12 +17,12 @@ import pytest
 from sqlalchemy import Engine
 
 from airlock.persistence.domain import RunStatus
-from tests.api.conftest import Api, make_api
-from tests.conftest import FakeClock
-from tests.contract.test_decision_races import approve, deny, first_digest, make_service
 from airlock.workers.service import ConflictError, Outcome, Service
 from airlock.workers.service.decisions import CallDecisionBody
 from airlock.workers.service.principals import Principal
+from tests.api.conftest import Api, make_api
+from tests.conftest import FakeClock
+from tests.contract.test_decision_races import approve, deny, first_digest, make_service
 
 TREASURY = frozenset({"treasury"})
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from airlock.workers.testing import free_port
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run, wait_for
-from airlock.workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 

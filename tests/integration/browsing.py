@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from airlock.persistence.domain import RunStatus
-from tests.integration.conftest import StackFactory
 from airlock.workers.testing import SECRET, TOKEN, Stack
+from tests.integration.conftest import StackFactory
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -13,9 +13,9 @@ import redis
 
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.migrate import upgrade as migrate
+from airlock.workers.testing import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 from tests.integration.conftest import StackFactory
 from tests.integration.test_workers import approve, send_key
-from airlock.workers.testing import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 
 pytestmark = pytest.mark.integration
 

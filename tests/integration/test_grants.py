@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from airlock.persistence.domain import RunStatus
-from tests.integration.conftest import StackFactory
 from airlock.workers.service.decisions import DecisionBody, GrantBody
 from airlock.workers.service.principals import Principal
 from airlock.workers.testing import Stack
+from tests.integration.conftest import StackFactory
 
 pytestmark = pytest.mark.integration
 

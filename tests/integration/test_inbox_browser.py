@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN
 from tests.integration.agents import HOSTILE_BODY
 from tests.integration.conftest import StackFactory
-from airlock.workers.testing import SECRET, TOKEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

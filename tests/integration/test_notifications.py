@@ -13,10 +13,10 @@ from sqlalchemy import select
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.migrate import upgrade as migrate
 from airlock.persistence.store.sql import OUTBOX
+from airlock.workers.testing import Stack, wait_for
 from tests.api.test_notify import RawReceiver, serving
 from tests.integration.conftest import StackFactory
 from tests.integration.test_workers import approve
-from airlock.workers.testing import Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

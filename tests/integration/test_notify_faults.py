@@ -17,10 +17,10 @@ from sqlalchemy import select
 
 from airlock.persistence.domain import RunStatus
 from airlock.persistence.store.sql import OUTBOX
+from airlock.workers.testing import PrivateRedis, Stack, free_port, wait_for
 from tests.integration.conftest import StackFactory
 from tests.integration.test_faults import private_redis  # noqa: F401 - a fixture
 from tests.integration.test_workers import approve
-from airlock.workers.testing import PrivateRedis, Stack, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from airlock.persistence.domain import RunStatus
-from tests.integration.conftest import StackFactory
 from airlock.workers.service import ForbiddenError
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.views import run_view
 from airlock.workers.testing import Stack
+from tests.integration.conftest import StackFactory
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 from standardwebhooks import Webhook
 
 from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN, Stack, wait_for
 from tests.integration.conftest import StackFactory
 from tests.issuer import AUDIENCE, Issuer
-from airlock.workers.testing import SECRET, TOKEN, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

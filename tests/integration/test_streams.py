@@ -19,10 +19,10 @@ import pytest
 from standardwebhooks import Webhook
 
 from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN, Stack
 from tests.integration.conftest import StackFactory
 from tests.integration.test_inbox_browser import browser  # noqa: F401 - the fixture
 from tests.sse import Frame, frames
-from airlock.workers.testing import SECRET, TOKEN, Stack
 
 pytestmark = pytest.mark.integration
 

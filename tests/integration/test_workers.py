@@ -17,11 +17,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from airlock.persistence.domain import RunStatus
-from tests.integration.conftest import StackFactory
 from airlock.workers.service import ConflictError
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.principals import Principal
 from airlock.workers.testing import Process, Stack, airlock_env, free_port, wait_for
+from tests.integration.conftest import StackFactory
 
 OPERATOR = Principal.trusted("test")
 

@@ -17,9 +17,9 @@ from typing import Any, cast
 import pytest
 
 from airlock.persistence.domain import RunEvent, RunStatus, StreamHead, WaitingMark
-from tests.sse import Frame, parse
 from airlock.workers.http.hub import BEAT, CLOSE, Hub, Watch
 from airlock.workers.service import Service
+from tests.sse import Frame, parse
 
 A, B = "run-a", "run-b"
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -22,13 +22,13 @@ from airlock.loop import (
 )
 from airlock.loop.messages import Usage
 from airlock.loop.state import PendingCall
-from tests.unit.agents import Recorder, answer, call, calls, make_agent
 from airlock.workers.http.inbox.forms import decision_of, fields_of
 from airlock.workers.http.inbox.outcome import summary
 from airlock.workers.http.inbox.present import line
 from airlock.workers.http.inbox.story import timeline, transcript
 from airlock.workers.service.decisions import to_loop_decisions
 from airlock.workers.service.views import clip
+from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 
 @tool

@@ -13,9 +13,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 from jwt import PyJWK
 
-from tests.issuer import Issuer
 from airlock.workers.http import issuer_keys
 from airlock.workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
+from tests.issuer import Issuer
 
 GUARD = 30.0
 """Seconds before a test that deadlocked gives up (never reached when it passes)."""

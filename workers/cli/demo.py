@@ -355,6 +355,9 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
         celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
     ):
         uvicorn.run(
-            "airlock.workers.api:app", host="127.0.0.1", port=port, timeout_graceful_shutdown=STREAMS_GRACE
+            "airlock.workers.api:app",
+            host="127.0.0.1",
+            port=port,
+            timeout_graceful_shutdown=STREAMS_GRACE,
         )
     return 0

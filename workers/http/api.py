@@ -40,7 +40,14 @@ from airlock.workers.http.streams import MAX_SEQ, StreamSlots
 from airlock.workers.service import Service
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.settings import Settings
-from airlock.workers.service.views import EventPage, RunPage, RunView, event_view, run_view, sweeper_view
+from airlock.workers.service.views import (
+    EventPage,
+    RunPage,
+    RunView,
+    event_view,
+    run_view,
+    sweeper_view,
+)
 
 log = logging.getLogger("airlock")
 

@@ -23,7 +23,13 @@ from airlock.workers.service.results import (
     SweeperState,
     SweepReport,
 )
-from airlock.workers.service.segments import EventType, Limits, Outcome, SegmentResult, is_database_error
+from airlock.workers.service.segments import (
+    EventType,
+    Limits,
+    Outcome,
+    SegmentResult,
+    is_database_error,
+)
 
 __all__ = [
     "MAX_DELIVERIES",

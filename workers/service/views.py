@@ -8,7 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from airlock.loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
+from airlock.loop import (
+    Approve,
+    DecisionError,
+    Deny,
+    Edit,
+    PendingCall,
+    StateError,
+    SuspendedRunState,
+)
 from airlock.persistence.domain import Run, RunEvent
 from airlock.workers.service import Service, SweeperHealth
 from airlock.workers.service.decisions import to_loop_decisions

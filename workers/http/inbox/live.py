@@ -14,7 +14,13 @@ from fastapi.concurrency import run_in_threadpool
 from airlock.workers.http.hub import Hubs
 from airlock.workers.http.inbox.pages import Inbox
 from airlock.workers.http.problems import ProblemError
-from airlock.workers.http.streams import EventStream, StreamSlots, cursor_of, queue_stream, run_stream
+from airlock.workers.http.streams import (
+    EventStream,
+    StreamSlots,
+    cursor_of,
+    queue_stream,
+    run_stream,
+)
 
 
 def mount(app: FastAPI, inbox: Inbox, hubs: Hubs, slots: StreamSlots) -> None:
