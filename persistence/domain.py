@@ -139,6 +139,8 @@ class LedgerEntry:
     result: str | None
     is_error: bool
     attempts: int
+    started_by: str | None = None
+    """The lease owner of the segment that started it (a call that acts)."""
 
 
 @dataclass(frozen=True, slots=True)

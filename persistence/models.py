@@ -188,6 +188,8 @@ class ToolCallRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    started_by: Mapped[str | None] = mapped_column(String(200))
+    """The lease owner of the segment that started the call (a call that acts)."""
 
     __table_args__ = (UniqueConstraint("run_id", "call_id"),)
 

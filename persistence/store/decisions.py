@@ -29,6 +29,7 @@ from persistence.store.decision_statements import (
     to_decision,
 )
 from persistence.store.dialects import Writes
+from persistence.store.retry import retried
 
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
 SESSIONS = sql.SESSIONS
@@ -376,6 +377,7 @@ class Decisions:
         ``StateError`` when its seal cannot be opened."""
         return self._ctx.cipher.open_json(stored, "a decision")
 
+    @retried
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)

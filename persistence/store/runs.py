@@ -17,6 +17,7 @@ from persistence.domain import Claim, Run, RunStatus
 from persistence.store import sql
 from persistence.store.common import Event, UnknownRunError, parse_run_id
 from persistence.store.context import Context
+from persistence.store.retry import retried
 
 
 class Runs:
@@ -95,6 +96,7 @@ class Runs:
             ).first()
             return self.opened(row._mapping) if row is not None else None
 
+    @retried
     def get(self, run_id: str) -> Run | None:
         rid = parse_run_id(run_id)
         if rid is None:

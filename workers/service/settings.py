@@ -108,6 +108,13 @@ class Settings(BaseSettings):
     # PostgreSQL: transactions, single statements, leases); a statement borrows one and
     # gives it back, so this bounds a worker's connections, not its concurrency
     db_pool_size: int = Field(default=8, ge=1, le=100)
+    # a statement whose connection dropped (a failover, a restart, a pooler) is retried
+    # on a fresh one for up to this long; past it a segment gives its run back, to be
+    # continued later, and a request answers 503
+    db_retry_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # a result of a call that acted is retried for up to this long (only the worker that
+    # ran the call knows it)
+    db_result_retry_seconds: float = Field(default=600.0, ge=0, le=86400)
     # the port `airlock api` listens on by default, and `airlock health api` asks
     api_port: int = Field(default=8000, ge=1, le=65535)
     # a worker serves its Prometheus metrics (segment durations) on this port

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from persistence.crypto import StateCipher
 from persistence.db import make_engine
-from persistence.store import RunStore
+from persistence.store import RetryPolicy, RunStore
 from workers.service import Enqueue, Limits, Notify, Service, broker
 from workers.service.policy_file import PolicyHolder
 from workers.service.registry import Registry
@@ -37,7 +37,11 @@ def pool_of(config: Settings) -> dict[str, int]:
 
 def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = None) -> Service:
     store = RunStore(
-        make_engine(config.database_url, **pool_of(config)), cipher=StateCipher(config.state_key)
+        make_engine(config.database_url, **pool_of(config)),
+        cipher=StateCipher(config.state_key),
+        retry=RetryPolicy(
+            seconds=config.db_retry_seconds, result_seconds=config.db_result_retry_seconds
+        ),
     )
     return Service(
         store=store,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from datetime import timedelta
 from typing import Any
@@ -24,7 +25,11 @@ log = logging.getLogger("airlock")
 
 @app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
 def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
-    owner = f"{self.request.hostname}:{os.getpid()}:{self.request.id}:{self.request.retries}"
+    # unique to this execution: a ledger record started under it is this execution's own
+    # (a container restarted with the same hostname and pids redelivers the same task id)
+    nonce = secrets.token_hex(4)
+    request = self.request
+    owner = f"{request.hostname}:{os.getpid()}:{request.id}:{request.retries}:{nonce}"
     started = time.perf_counter()
     try:
         outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
