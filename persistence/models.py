@@ -204,6 +204,9 @@ class DecisionRow(Base):
     approver: Mapped[str | None] = mapped_column(String(200))
     webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     created_at: Mapped[datetime]
+    identity: Mapped[str | None] = mapped_column(String(600))
+    """Who made it (``Principal.key``; ``approver`` is the name shown); none for a
+    decision made before identities were kept."""
 
     __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)
 
@@ -246,8 +249,11 @@ class ApprovalRow(Base):
     run with): approvals count together when theirs are equal, whatever their wording."""
     webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     created_at: Mapped[datetime]
+    identity: Mapped[str] = mapped_column(String(600))
+    """Who approved (``Principal.key``): one approval per identity and turn; ``principal``
+    is the name shown."""
 
-    __table_args__ = (UniqueConstraint("run_id", "turn_digest", "principal"),)
+    __table_args__ = (UniqueConstraint("run_id", "turn_digest", "identity"),)
 
 
 class OutboxRow(Base):

@@ -183,6 +183,7 @@ class Grants:
             "approver": record.approver,
             "webhook_id": None,
             "created_at": now,
+            "identity": ("grant:" + ",".join(release.grant_ids))[:600],
         }
         params = {"rid": rid, "digest": digest, "now": now}
         decided = self._ctx.sql.decide(s, params, row, [("decision", release.event)], expiry=False)

@@ -174,5 +174,6 @@ def to_run(row: Mapping[Any, Any]) -> Run:
         updated_at=row["updated_at"],
         version=row["version"],
         requested_by=row["requested_by"],
+        caller=row.get("caller"),
         checkpoint=row.get("checkpoint"),
     )

@@ -317,7 +317,9 @@ def create_statement(columns: Sequence[str]) -> Insert:
     return insert(EVENTS).from_select(EVENT_COLUMNS, source)
 
 
-DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")
+DECISION_COLUMNS = (
+    "run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at", "identity",
+)  # fmt: skip
 
 
 def decide_statement(k: int, moving: Callable[[], Update]) -> Insert:

@@ -25,7 +25,7 @@ from persistence.store import (
     RunStore,
     utcnow,
 )
-from workers.service.approving import Approvals
+from workers.service.approving import Approvals, Judged
 from workers.service.decisions import DecisionBody
 from workers.service.grant_desk import GrantDesk
 from workers.service.keeper import Keeper
@@ -39,6 +39,7 @@ from workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
     Principal,
+    Requester,
     Standing,
     may_operate,
 )
@@ -196,6 +197,11 @@ class Service(Reads):
             run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
         )
 
+    def judge_decision(self, run_id: str, body: DecisionBody, principal: Principal) -> Judged:
+        """Identify, authorise and check a decision, recording nothing: what a door shows
+        before it is sent (see ``Approvals.judge``)."""
+        return self._approvals.judge(run_id, body, principal)
+
     def withdraw_approval(
         self, run_id: str, turn_digest: str, principal: Principal, *, webhook_id: str | None = None
     ) -> DecisionResult:
@@ -228,9 +234,8 @@ class Service(Reads):
         run = self.store.runs.require(run_id)
         # who requested a run never changes: what the read authorises is what the
         # guarded UPDATE applies to
-        standing = may_operate(
-            by, "cancel", requested_by=run.requested_by, roles=self.operator_roles
-        )
+        requester = Requester.of(run.requested_by, run.caller)
+        standing = may_operate(by, "cancel", requester=requester, roles=self.operator_roles)
         while run.status in ACTIVE:
             cancelled: Event = ("cancelled", _acting(by, standing) | {"was": run.status.value})
             if self.store.transitions.cancel(
@@ -249,9 +254,8 @@ class Service(Reads):
         ``cancel``); the ledger keeps executed calls from running again. Raises
         ``UnknownRunError``, ``ForbiddenError``, ``ConflictError``."""
         run = self.store.runs.require(run_id)
-        standing = may_operate(
-            by, "retry", requested_by=run.requested_by, roles=self.operator_roles
-        )
+        requester = Requester.of(run.requested_by, run.caller)
+        standing = may_operate(by, "retry", requester=requester, roles=self.operator_roles)
         retried: Event = ("retry", _acting(by, standing) | {"previous_error": run.error})
         if not self.store.transitions.retry(run_id, events=[retried]):
             raise ConflictError(f"run is {run.status}; only failed runs can be retried")
@@ -360,6 +364,7 @@ def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
     return {
         "by": principal.id,
         "principal": principal.id,
+        "identity": principal.key,
         "auth": principal.auth(standing.roles),
         "authority": standing.ground,
     }

@@ -35,6 +35,7 @@ from workers.service.grants import release_for
 from workers.service.keeper import Keeper
 from workers.service.ledger import LedgerExecutor
 from workers.service.policy_file import PolicyHolder
+from workers.service.principals import Requester
 from workers.service.registry import Registry, UnknownAgentError
 
 log = logging.getLogger("airlock")
@@ -176,8 +177,9 @@ class Segments:
         row = self.store.runs.require(run.id)
         return self.policy.for_run(row.requested_by, row.metadata)
 
-    def _requester(self, run: Claim) -> str | None:
-        return self.store.runs.require(run.id).requested_by
+    def _requester(self, run: Claim) -> Requester:
+        row = self.store.runs.require(run.id)
+        return Requester.of(row.requested_by, row.caller)
 
     def _decision(
         self, run: Claim, state: SuspendedRunState

@@ -24,7 +24,8 @@ from workers.http.inbox.present import NOTICES, STALE, explained, message
 from workers.http.inbox.queue import STATUS_WORDS
 from workers.http.problems import ProblemError
 from workers.service import ConflictError, Service
-from workers.service.principals import ForbiddenError, Principal, check_name
+from workers.service.decisions import DecisionBody
+from workers.service.principals import Authority, ForbiddenError, Principal, check_name
 from workers.service.sessions import COOKIE, Session, Sessions, csrf_ok
 from workers.service.views import event_view, pending_view
 
@@ -166,7 +167,8 @@ class Inbox:
         events = [event_view(e) for e in self.service.events(run.id)]
         if state is None:  # the checkpoint is the turn's; a run that moved on has its events
             transcript = story.transcript(events)
-        approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
+        mine = session.principal.key
+        approved = any(a.identity == mine for a in self.service.approvals(run))
         return self.page(
             "run.html",
             status,
@@ -205,8 +207,11 @@ class Inbox:
     ) -> Summary:
         """What ``form`` would do, as the signed-in approver may make it."""
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
-        by, requester = session.principal, run.requested_by
-        return summary(agent, state, form, forms, principal=by, requested_by=requester)
+
+        def judge(body: DecisionBody) -> Authority:
+            return self.service.judge_decision(run.id, body, session.principal).authority
+
+        return summary(agent, state, form, forms, judge=judge)
 
     def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
         try:

@@ -16,8 +16,8 @@ from persistence.domain import Run, RunStatus
 from persistence.store import BadCursorError, UnknownRunError, parse_run_id
 from workers.http.inbox.present import NOTICES, STALE, ago, explained, line, until
 from workers.service import ConflictError, DecisionResult, Service
-from workers.service.decisions import DecisionBody, to_loop_decisions
-from workers.service.principals import ForbiddenError, authorise
+from workers.service.decisions import DecisionBody
+from workers.service.principals import ForbiddenError
 from workers.service.sessions import Session
 from workers.service.views import pending_view
 
@@ -209,10 +209,8 @@ def _refused(
         return None  # the decision says why
     try:
         body = DecisionBody.model_validate({"turn_digest": digest, **decision})
-        decisions = to_loop_decisions(body.stored(), state)
-        agent = service.registry.get(run.agent)
-        authorise(session.principal, agent, state, decisions, requested_by=run.requested_by)
-    except (ForbiddenError, DecisionError, ValueError) as exc:
+        service.judge_decision(run.id, body, session.principal)
+    except (ForbiddenError, DecisionError, ValueError, ConflictError) as exc:
         return str(exc)
     return None
 
