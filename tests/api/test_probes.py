@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from tests.api.conftest import make_api
 from tests.conftest import POSTGRES_URL
+from workers.testing import free_port
 
 UPGRADE = "airlock db upgrade"
 NEVER = {"last_run_at": None, "age_seconds": None, "stale_after_seconds": 60.0}
@@ -93,3 +94,20 @@ def test_readyz_on_postgres_sends_only_reads(postgres_template: str) -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_readyz_says_a_database_it_cannot_reach_is_unreachable(tmp_path: Path) -> None:
+    """Without saying where it is (the probe is unauthenticated)."""
+    port = free_port()  # nothing listens there
+    for url in (
+        f"postgresql://airlock:s3cret@127.0.0.1:{port}/airlock",
+        f"sqlite:///{tmp_path / 'no-such-folder' / 'airlock.db'}",
+    ):
+        api = make_api(url)
+        ready = api.client.get("/readyz")
+        assert ready.status_code == 503
+        body = ready.json()
+        assert body["database"] == "unreachable: the database cannot be reached"
+        assert body["schema"] == "unknown: the database cannot be reached"
+        assert str(port) not in ready.text and "no-such-folder" not in ready.text
+    assert list(tmp_path.iterdir()) == []
