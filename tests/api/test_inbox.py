@@ -401,6 +401,23 @@ def test_successful_sign_ins_are_not_counted(api: Api) -> None:
         assert sign_in_from(api, "10.0.3.1", TOKEN, "ann").status_code == 303
 
 
+def test_a_sign_in_that_is_no_ones_failure_is_not_counted(db_url: str, issuer: Issuer) -> None:
+    """A name that is not one (with the right token), an issuer whose keys cannot be
+    fetched (503): said, and the address keeps its allowance."""
+    api = make_api(
+        db_url, **issuer.settings(), oidc_jwks_url="http://127.0.0.1:9/jwks"
+    )  # nothing listens there
+    try:
+        for _ in range(PER_ADDRESS + 1):
+            nameless = sign_in_from(api, "10.0.6.1", TOKEN, "")
+            assert nameless.status_code == 401 and "your name" in nameless.text
+            away = sign_in_from(api, "10.0.6.1", issuer.token("sam"), "")
+            assert away.status_code == 503 and "cannot fetch the issuer" in away.text
+        assert sign_in_from(api, "10.0.6.1", TOKEN, "ann").status_code == 303
+    finally:
+        api.service.store.engine.dispose()
+
+
 def test_a_decision_is_not_stored_after_its_sign_in_ended(api: Api) -> None:
     """Found in review (issue 26): a sign-out that completed between the inbox's read of
     the sign-in and the decision's write still got the decision stored. The write now
