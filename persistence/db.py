@@ -160,8 +160,10 @@ def read_only_connection(file: Path) -> sqlite3.Connection:
     when another connection has the database open, and a reader then shares them; when
     they are not, no one has it open (the last connection checkpointed every page into
     the file and removed them), so the file is read as it stands (``immutable``),
-    without them. Raises ``sqlite3.OperationalError`` for a file that is not there (it
-    is not made)."""
+    without them. (A writer that opens the database meanwhile writes to a ``-wal`` of
+    its own, which that reader does not see: it reads the file as it was; a checkpoint
+    under it may at worst make that one read fail.) Raises ``sqlite3.OperationalError``
+    for a file that is not there (it is not made)."""
     uri = f"{file.absolute().as_uri()}?mode=ro"
     if _in_wal_mode(file) and not all(
         Path(f"{file}{suffix}").exists() for suffix in ("-wal", "-shm")
