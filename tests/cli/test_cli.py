@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -408,3 +409,30 @@ def test_run_with_the_broker_out_of_reach_says_so_in_one_line(
     assert "Traceback" not in result.stderr
     assert "could not publish the run's wake-up" in result.stderr
     assert "sweeper re-sends it" in result.stderr
+
+
+def test_health_on_a_database_file_not_there_names_it_and_makes_none(tmp_path: Path) -> None:
+    """Issue 42, item 6: probes look and never write. Said in one line naming the file
+    (the operator's own command), exit 1, and nothing made."""
+    env = clean_env(AIRLOCK_HOME=str(tmp_path / "home"))
+    folder = tmp_path / "data"
+    folder.mkdir()
+    beat = airlock("health", "beat", env=env, cwd=folder)
+    assert beat.returncode == 1, beat.stdout + beat.stderr
+    assert beat.stdout == (
+        f"beat: the database file {folder / 'airlock.db'} does not exist: "
+        "run `airlock db upgrade`\n"
+    )
+    assert list(folder.iterdir()) == [], "a probe made the database"
+
+
+def test_health_on_a_database_nobody_has_open_adds_no_wal_to_it(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    file = tmp_path / "airlock.db"
+    shutil.copyfile(sqlite_template, file)
+    env = clean_env(AIRLOCK_DATABASE_URL=f"sqlite:///{file}", AIRLOCK_HOME=str(tmp_path / "h"))
+    beat = airlock("health", "beat", env=env, cwd=tmp_path)
+    assert beat.returncode == 1, beat.stdout + beat.stderr  # no beat ever ran
+    assert beat.stdout.startswith("beat: the sweeper never ran")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["airlock.db"]

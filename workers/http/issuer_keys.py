@@ -7,7 +7,11 @@ included, is cut off there).
 PyJWT's ``PyJWKClient`` fetches under the lock every lookup takes and starts its
 cooldown only after a fetch that worked: tokens with made-up key ids, sent while the
 issuer's keys endpoint hangs, held every request that verifies a token (issue 26). The
-keys are parsed and looked up with PyJWT's ``PyJWKSet`` and ``PyJWK``."""
+keys are parsed and looked up with PyJWT's ``PyJWKSet`` and ``PyJWK``.
+
+Each fetch that works replaces the keys: one the issuer dropped is refused from the
+fetch that finds it gone (at most ``LIFESPAN`` after the last, sooner when a token
+names a key not known), even when the issuer lists no key at all any more."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from collections.abc import Callable
 
 import httpx
 from jwt import PyJWK, PyJWKSet
-from jwt.exceptions import PyJWTError
+from jwt.exceptions import PyJWKSetError, PyJWTError
 
 from loop.errors import AirlockError
 
@@ -132,11 +136,25 @@ class IssuerKeys:
                     raise KeysUnavailableError(f"{where} names no jwks_uri")
                 url = self._jwks_url = found
             answer = await _get(http, url)
-        try:
-            keys = PyJWKSet.from_dict(answer)
-        except PyJWTError as exc:
-            raise KeysUnavailableError(f"{url} holds no usable keys: {exc}") from exc
-        return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
+        return _signing_keys(url, answer)
+
+
+def _signing_keys(url: str, answer: dict[str, object]) -> dict[str, PyJWK]:
+    """The signing keys (``use`` sig or unset) of a JWK set, by id. A set is the issuer's
+    whole word on its keys, an empty one too: a key it no longer lists is no longer
+    trusted. (``PyJWKSet`` refuses a set with no key it can use, and taking that as a
+    failed fetch kept every key of the set before verifying.) Raises
+    ``KeysUnavailableError`` for an answer that is no JWK set."""
+    listed = answer.get("keys")
+    if not isinstance(listed, list):
+        raise KeysUnavailableError(f"{url} holds no JWK set (no 'keys' list)")
+    try:
+        keys = PyJWKSet(listed).keys
+    except PyJWKSetError:  # none of them (if any) is a key PyJWT can use: none is trusted
+        keys = []
+    except PyJWTError as exc:
+        raise KeysUnavailableError(f"{url}: {exc}") from exc
+    return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
 
 
 async def _get(http: httpx.AsyncClient, url: str) -> dict[str, object]:

@@ -15,6 +15,7 @@ from celery import Task
 from workers.service import EventType, is_database_error
 from workers.service.backoff import backoff
 from workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from workers.service.database_watch import cannot_use
 from workers.service.settings import settings
 from workers.service.wiring import service
 from workers.tasks import metrics
@@ -39,11 +40,21 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
         if not is_database_error(exc):
             raise
         # Nothing could be recorded. Try again later; the retry may continue our claim.
-        log.warning("database unavailable; retrying", extra={"action": "segment.db_retry"})
+        countdown = backoff(self.request.retries, cap=60)
+        log.warning(
+            "%s: the segment of run %s is tried again in %.1f s",
+            cannot_use(settings().database_url, exc),
+            run_id,
+            countdown,
+            extra={
+                "action": "segment.db_retry",
+                "run_id": run_id,
+                "retries": self.request.retries,
+                "retry_in": round(countdown, 1),
+            },
+        )
         raise self.retry(
-            exc=exc,
-            countdown=backoff(self.request.retries, cap=60),
-            kwargs={"run_id": run_id, "take_over": owner},
+            exc=exc, countdown=countdown, kwargs={"run_id": run_id, "take_over": owner}
         ) from exc
 
 

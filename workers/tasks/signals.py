@@ -1,5 +1,6 @@
-"""What a worker does as it starts: the metrics server, a word on the pool, and database
-connections of each pool process's own. (Beat's folder is made by its scheduler:
+"""What a worker does as it starts: the metrics server, a word on the pool, database
+connections of each pool process's own, and a watch on its database that says in the
+log when it cannot be used. (Beat's folder is made by its scheduler:
 ``workers.service.broker.Schedule``.)"""
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from celery.signals import celeryd_after_setup, worker_init, worker_process_init
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
 
 from workers.service.broker import NOTIFY_QUEUE, QUEUE, app
+from workers.service.database_watch import watch_database
 from workers.service.settings import settings
 from workers.service.wiring import service
 from workers.tasks import metrics
@@ -76,3 +78,10 @@ def _fresh_connections(**_: object) -> None:
     # in this thread, which keeps its own between them
     service.cache_clear()
     service().hold_connections()
+
+
+@worker_ready.connect
+def _watch_database(**_: object) -> None:
+    # in the main process, once it consumes: a worker whose database is away still
+    # answers remote control, and says in its log why its segments wait
+    watch_database(settings().database_url)
