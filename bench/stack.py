@@ -31,12 +31,12 @@ import redis
 from sqlalchemy import text
 
 import bench.http
+from airlock.persistence.domain import RunStatus
+from airlock.workers.cli.demo import signed_request
+from airlock.workers.service.queues import NOTIFICATIONS, SEGMENTS
+from airlock.workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
-from persistence.domain import RunStatus
-from workers.cli.demo import signed_request
-from workers.service.queues import NOTIFICATIONS, SEGMENTS
-from workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 API_OPTIONS: list[str] = []
@@ -79,7 +79,7 @@ def _processes(
     port = free_port()
     api = Process(
         "api",
-        [sys.executable, "-m", "workers", "api", "--port", str(port), *API_OPTIONS],
+        [sys.executable, "-m", "airlock.workers", "api", "--port", str(port), *API_OPTIONS],
         airlock_env(config, stack.outbox),
         tmp / "api.log",
     ).start()
@@ -112,7 +112,7 @@ def airlock_worker(name: str, *extra: str) -> list[str]:
     written. ``extra`` goes to ``celery worker`` (``--include bench.trace`` loads the
     trace points)."""
     return [
-        sys.executable, "-m", "workers", "worker", "-n", f"{name}@%h",
+        sys.executable, "-m", "airlock.workers", "worker", "-n", f"{name}@%h",
         *WORKER_OPTIONS, *extra,
     ]  # fmt: skip
 

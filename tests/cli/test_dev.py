@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from persistence.migrations import upgrade
+from airlock.persistence.migrate import upgrade
+from airlock.workers.cli.demo import dev_secrets, free_port, poll
 from tests.cli.test_cli import airlock, clean_env
-from workers.cli.demo import dev_secrets, free_port, poll
 
 TOKEN = "AIRLOCK_API_TOKEN"
 SECRET = "AIRLOCK_WEBHOOK_SECRET"
@@ -34,7 +34,7 @@ def dev(folder: Path, *args: str) -> Iterator[tuple[dict[str, str], str]]:
     port = free_port()
     out = folder / f"dev-{port}.out"
     env = clean_env(PYTHONUNBUFFERED="1", AIRLOCK_SOFT_SHUTDOWN_TIMEOUT="0")
-    argv = [sys.executable, "-m", "workers", "dev", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "airlock.workers", "dev", "--port", str(port), *args]
     with out.open("w") as sink:
         proc = subprocess.Popen(argv, cwd=folder, env=env, stdout=sink, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

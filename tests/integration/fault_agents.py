@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loop import Agent
+from airlock.loop import Agent
 from tests.db_faults import ConnectionKiller
 
 

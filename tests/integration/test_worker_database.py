@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence.migrations import upgrade
+from airlock.persistence.migrate import upgrade
+from airlock.workers.testing import ROOT, airlock_env, free_port, wait_for
 from tests.integration.conftest import StackFactory
-from workers.testing import ROOT, airlock_env, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_a_worker_whose_postgres_is_away_says_so_and_is_unhealthy(
     )
     assert f"cannot use the database {shown} (" in worker.output()
     health = subprocess.run(
-        [sys.executable, "-m", "workers", "health", "worker", "--timeout", "10"],
+        [sys.executable, "-m", "airlock.workers", "health", "worker", "--timeout", "10"],
         env=airlock_env(stack.config, stack.outbox), cwd=ROOT,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -16,12 +16,12 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service import ConflictError
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.testing import Process, Stack, airlock_env, free_port, wait_for
 from tests.integration.conftest import StackFactory
-from workers.service import ConflictError
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.testing import Process, Stack, airlock_env, free_port, wait_for
 
 OPERATOR = Principal.trusted("test")
 
@@ -115,7 +115,7 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
 
 
 POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
+"""Under ``celery -A airlock.workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
 ``-P gevent -c 200``)."""
 
 
@@ -306,7 +306,7 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     stack = embedded_stack
     prefork = stack.worker()
     argv = [
-        sys.executable, "-m", "workers", "worker", "-P", "threads", "-c", "2",
+        sys.executable, "-m", "airlock.workers", "worker", "-P", "threads", "-c", "2",
         "-n", "threads@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     threads = Process("threads", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "t.log")

@@ -18,8 +18,8 @@ from dataclasses import replace
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from persistence.schema import SchemaState, SchemaStatus, is_schema_error
-from workers.http.problems import schema_problem
+from airlock.persistence.schema import SchemaState, SchemaStatus, is_schema_error
+from airlock.workers.http.problems import schema_problem
 
 log = logging.getLogger("airlock")
 
