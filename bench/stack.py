@@ -73,7 +73,7 @@ def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, 
     port = free_port()
     api = Process(
         "api",
-        [sys.executable, "-m", "workers", "api", "--port", str(port), *API_OPTIONS],
+        [sys.executable, "-m", "airlock.workers", "api", "--port", str(port), *API_OPTIONS],
         airlock_env(config, stack.outbox),
         tmp / "api.log",
     ).start()
@@ -102,7 +102,7 @@ def airlock_worker(name: str, *extra: str) -> list[str]:
     written. ``extra`` goes to ``celery worker`` (``--include bench.trace`` loads the
     trace points)."""
     return [
-        sys.executable, "-m", "workers", "worker", "-n", f"{name}@%h",
+        sys.executable, "-m", "airlock.workers", "worker", "-n", f"{name}@%h",
         *WORKER_OPTIONS, *extra,
     ]  # fmt: skip
 

@@ -209,7 +209,8 @@ def model_stats(url: str, *, reset: bool = False) -> dict[str, int]:
 
 def worker_command(worker_args: str) -> list[str]:
     """``airlock worker`` as an operator starts it: no options unless given."""
-    return [sys.executable, "-m", "workers", "worker", "-n", "w2@%h", *shlex.split(worker_args)]
+    argv = [sys.executable, "-m", "airlock.workers", "worker", "-n", "w2@%h"]
+    return [*argv, *shlex.split(worker_args)]
 
 
 @contextmanager
@@ -224,7 +225,7 @@ def airlock(
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {MODEL_URL: f"{model_url}/v1"}
         port = free_port()
-        api = [sys.executable, "-m", "workers", "api", "--port", str(port)]
+        api = [sys.executable, "-m", "airlock.workers", "api", "--port", str(port)]
         try:
             stack.processes.append(
                 Process("api", api, env | {"PGAPPNAME": API_APP}, tmp / "api.log").start()
@@ -235,7 +236,8 @@ def airlock(
             worker = Process("worker", worker_command(worker_args), worker_env, tmp / "worker.log")
             stack.processes.append(worker.start())
             # as deployed: the sweeper re-sends what a lost message or segment left behind
-            beat = [sys.executable, "-m", "workers", "beat", "-s", str(tmp / "beat-schedule")]
+            schedule = str(tmp / "beat-schedule")
+            beat = [sys.executable, "-m", "airlock.workers", "beat", "-s", schedule]
             beat_env = env | {"PGAPPNAME": BEAT_APP}
             stack.processes.append(Process("beat", beat, beat_env, tmp / "beat.log").start())
             wait_answers(stack)

@@ -4,6 +4,9 @@ verdict is final, a person decides only the calls that asked."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import assert_never
+
 from airlock.loop.agent import Agent
 from airlock.loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit, PolicyVerdict
 from airlock.loop.errors import AirlockError, DecisionError, ToolArgumentsError
@@ -145,6 +148,59 @@ def denial(name: str, source: DecisionSource, reason: str) -> str:
     by = "the approval policy" if source == "policy" else "the operator"
     message = f'Error: tool "{name}" was denied by {by}.'
     return f"{message} Reason: {reason}" if reason else message
+
+
+@dataclass(frozen=True, slots=True)
+class Runs:
+    """The call runs its tool, with these arguments (an edit's, or the model's)."""
+
+    tool: Tool
+    arguments: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The call cannot run (malformed, an unknown tool, one no longer offered): the model
+    is told ``told``, recorded as the call's failed outcome."""
+
+    told: str
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """A decision denied the call: the model is told ``told``."""
+
+    told: str
+
+
+Settlement = Runs | Refused | Denied
+
+
+def settlement(
+    agent: Agent,
+    tool_names: tuple[str, ...],
+    call: PendingCall,
+    decision: CallDecision,
+    source: DecisionSource,
+) -> Settlement:
+    """What becomes of one call of a turn once its decision applies: the runner acts on
+    it, and the inbox's preview says it, so neither can say what the other does not."""
+    if call.error is not None:
+        return Refused(f"Error: {call.error}")
+    if call.name not in tool_names:
+        return Refused(f'Error: unknown tool "{call.name}"')
+    tool = agent.tool(call.name)
+    if tool is None:
+        return Refused(f'Error: tool "{call.name}" is no longer permitted and was not executed.')
+    match decision:
+        case Deny(reason=reason):
+            return Denied(denial(call.name, source, reason))
+        case Edit(arguments=arguments):
+            return Runs(tool, arguments)
+        case Approve():
+            return Runs(tool, call.arguments)
+        case _:
+            assert_never(decision)
 
 
 def acts(call: PendingCall) -> bool:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import NoReturn, assert_never
 
 from airlock.loop.agent import Agent
-from airlock.loop.decisions import Approve, CallDecision, Decisions, Deny, Edit
+from airlock.loop.decisions import CallDecision, Decisions, Deny, Edit
 from airlock.loop.errors import ModelError, StateError, ToolArgumentsError
 from airlock.loop.events import (
     DecisionApplied,
@@ -24,7 +24,17 @@ from airlock.loop.events import (
     ToolExecuted,
     as_sink,
 )
-from airlock.loop.gate import acts, classify, denial, preset_source, resolve, shadowed
+from airlock.loop.gate import (
+    Denied,
+    Refused,
+    Runs,
+    acts,
+    classify,
+    preset_source,
+    resolve,
+    settlement,
+    shadowed,
+)
 from airlock.loop.messages import (
     AssistantMessage,
     JsonObject,
@@ -270,25 +280,15 @@ class ToolLoop:
     def _settle(
         self, run: _Run, call: PendingCall, decision: CallDecision, source: DecisionSource
     ) -> ToolResultMessage:
-        if call.error is not None:
-            return self._record_failure(run, call, f"Error: {call.error}")
-        if call.name not in run.tool_names:
-            return self._record_failure(run, call, f'Error: unknown tool "{call.name}"')
-        tool = run.agent.tool(call.name)
-        if tool is None:
-            message = f'Error: tool "{call.name}" is no longer permitted and was not executed.'
-            return self._record_failure(run, call, message)
-        match decision:
-            case Deny(reason=reason):
-                return ToolResultMessage(
-                    call.id, call.name, denial(call.name, source, reason), True
-                )
-            case Edit(arguments=arguments):
+        match settlement(run.agent, run.tool_names, call, decision, source):
+            case Runs(tool=tool, arguments=arguments):
                 return self._execute(run, call.id, tool, arguments)
-            case Approve():
-                return self._execute(run, call.id, tool, call.arguments)
-            case _:
-                assert_never(decision)
+            case Refused(told=told):
+                return self._record_failure(run, call, told)
+            case Denied(told=told):
+                return ToolResultMessage(call.id, call.name, told, True)
+            case other:
+                assert_never(other)
 
     def _execute(
         self, run: _Run, call_id: str, tool: Tool, arguments: JsonObject

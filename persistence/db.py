@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event
+from sqlalchemy import URL, Engine, NullPool, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -128,3 +130,65 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # FULL: a ledger record or write-ahead checkpoint must survive a power loss too
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.close()
+
+
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file of an SQLite database (None: another database, one in memory, or one
+    named by a ``file:`` URI)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    return None if database.startswith("file:") else Path(database)
+
+
+def read_only_engine(engine: Engine) -> Engine:
+    """An engine over ``engine``'s database for reads that must change nothing (the
+    probes, the figures). On PostgreSQL: ``engine`` itself (what is read through it is
+    only ever read). On an SQLite file: an engine of its own, without a pool, whose
+    connections open the file read-only and never create it, nor its ``-wal`` and
+    ``-shm`` (``read_only_connection``). Anything else: ``engine``."""
+    file = sqlite_file(engine.url)
+    if file is None:
+        return engine
+    reader = create_engine(
+        engine.url, creator=lambda: read_only_connection(file), poolclass=NullPool
+    )
+    # deferred: a reader takes no write lock (``make_engine``'s BEGIN IMMEDIATE would)
+    event.listen(reader, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+    return reader
+
+
+WAL_HEADER = 18
+"""The byte of an SQLite file's header that says 2 when it is in WAL mode."""
+
+
+def read_only_connection(file: Path) -> sqlite3.Connection:
+    """``file`` opened read-only (``mode=ro``). SQLite makes a WAL database's ``-wal``
+    and ``-shm`` even for a read-only connection, when they are not there: they are
+    when another connection has the database open, and a reader then shares them; when
+    they are not, no one has it open (the last connection checkpointed every page into
+    the file and removed them), so the file is read as it stands (``immutable``),
+    without them. (A writer that opens the database meanwhile writes to a ``-wal`` of
+    its own, which that reader does not see: it reads the file as it was; a checkpoint
+    under it may at worst make that one read fail.) Raises ``sqlite3.OperationalError``
+    for a file that is not there (it is not made)."""
+    uri = f"{file.absolute().as_uri()}?mode=ro"
+    if _in_wal_mode(file) and not all(
+        Path(f"{file}{suffix}").exists() for suffix in ("-wal", "-shm")
+    ):
+        uri += "&immutable=1"
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+    )
+    conn.isolation_level = None  # transactions as the engine begins them
+    return conn
+
+
+def _in_wal_mode(file: Path) -> bool:
+    try:
+        with file.open("rb") as f:
+            header = f.read(WAL_HEADER + 1)
+    except OSError:
+        return False
+    return len(header) > WAL_HEADER and header[WAL_HEADER] == 2

@@ -60,6 +60,9 @@ class Run:
     updated_at: datetime
     version: int
     requested_by: str | None = None
+    caller: str | None = None
+    """Who created it, as its idempotency key is scoped (``oidc:<issuer>:<sub>``,
+    ``token``, ``cli``, ``api``)."""
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
     run by every read); open it with ``Runs.load_state``."""
@@ -139,6 +142,8 @@ class LedgerEntry:
     result: str | None
     is_error: bool
     attempts: int
+    started_by: str | None = None
+    """The lease owner of the segment that started it (a call that acts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,8 @@ class DecisionRecord:
     approver: str | None
     webhook_id: str | None
     created_at: datetime
+    identity: str | None = None
+    """Who made it (``Principal.key``); ``approver`` is the name shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +181,14 @@ class ApprovalRecord:
     run_id: str
     turn_digest: str
     principal: str
+    """The name shown."""
     auth: dict[str, JsonValue]
     decision: dict[str, JsonValue]
     proposal: str
     webhook_id: str | None
     created_at: datetime
+    identity: str = ""
+    """Who approved (``Principal.key``): one approval per identity and turn."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,6 +188,8 @@ class ToolCallRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    started_by: Mapped[str | None] = mapped_column(String(200))
+    """The lease owner of the segment that started the call (a call that acts)."""
 
     __table_args__ = (UniqueConstraint("run_id", "call_id"),)
 
@@ -202,6 +204,9 @@ class DecisionRow(Base):
     approver: Mapped[str | None] = mapped_column(String(200))
     webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     created_at: Mapped[datetime]
+    identity: Mapped[str | None] = mapped_column(String(600))
+    """Who made it (``Principal.key``; ``approver`` is the name shown); none for a
+    decision made before identities were kept."""
 
     __table_args__ = (UniqueConstraint("run_id", "turn_digest"),)
 
@@ -244,8 +249,11 @@ class ApprovalRow(Base):
     run with): approvals count together when theirs are equal, whatever their wording."""
     webhook_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     created_at: Mapped[datetime]
+    identity: Mapped[str] = mapped_column(String(600))
+    """Who approved (``Principal.key``): one approval per identity and turn; ``principal``
+    is the name shown."""
 
-    __table_args__ = (UniqueConstraint("run_id", "turn_digest", "principal"),)
+    __table_args__ = (UniqueConstraint("run_id", "turn_digest", "identity"),)
 
 
 class OutboxRow(Base):

@@ -1,6 +1,7 @@
 """Whether a database's schema is the one this code needs: its Alembic revision
 against the migrations' head, read without creating anything (an SQLite file that is
-not there is not made by looking at it).
+not there is not made by looking at it, and one that is there is read through
+``read_only_engine``).
 
 The API and the CLI answer with ``SchemaStatus.problem``: one line that names the
 state and the command that fixes it."""
@@ -16,10 +17,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, inspect
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from airlock.persistence.db import make_engine, shown_url
+from airlock.persistence.db import make_engine, read_only_engine, shown_url, sqlite_file
 from airlock.persistence.migrate import alembic_config, upgrade
 
 UPGRADE = "airlock db upgrade"
@@ -28,6 +28,8 @@ UPGRADE = "airlock db upgrade"
 
 class SchemaState(StrEnum):
     CURRENT = "current"
+    ABSENT = "absent"
+    """An SQLite database whose file is not there (yet)."""
     MISSING = "missing"
     """No tables, or none that Alembic made (no ``alembic_version``)."""
     OUTDATED = "outdated"
@@ -67,6 +69,10 @@ class SchemaStatus:
         match self.state:
             case SchemaState.CURRENT:
                 return ""
+            case SchemaState.ABSENT:
+                file = sqlite_file(self.database)
+                shown = f" {file.absolute()}" if named and file is not None else ""
+                return f"the database file{shown} does not exist: run `{UPGRADE}`"
             case SchemaState.MISSING if self.reason:
                 return f"{where} has no Airlock schema ({self.reason}): run `{UPGRADE}`"
             case SchemaState.MISSING:
@@ -110,10 +116,10 @@ def upgrade_or_explain(url: str, revision: str = "head") -> str | None:
 
 
 def check_url(url: str) -> SchemaStatus:
-    """``check`` on an engine of its own, disposed of afterwards."""
+    """``check`` on an engine of its own, read-only, disposed of afterwards."""
     engine = make_engine(url)
     try:
-        return check(engine)
+        return check(read_only_engine(engine))
     finally:
         engine.dispose()
 
@@ -122,12 +128,12 @@ def check(engine: Engine) -> SchemaStatus:
     url = engine.url.render_as_string(hide_password=False)
     shown = shown_url(engine.url)
     head = head_revision(url)
-    match _sqlite_file(url):
+    match sqlite_file(url):
         case Path() as file if not file.parent.is_dir():
             reason = f"the folder {file.parent} does not exist"
             return SchemaStatus(SchemaState.UNREACHABLE, shown, head, reason=reason)
         case Path() as file if not file.exists():
-            return SchemaStatus(SchemaState.MISSING, shown, head)
+            return SchemaStatus(SchemaState.ABSENT, shown, head)
     try:
         with engine.connect() as conn:
             revisions = MigrationContext.configure(conn).get_current_heads()
@@ -154,15 +160,6 @@ def _all_known(revisions: tuple[str, ...], url: str) -> bool:
         return all(script.get_revision(r) is not None for r in revisions)
     except CommandError:
         return False
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file of an SQLite database (None: another database, or one in memory)."""
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return None
-    return None if database.startswith("file:") else Path(database)
 
 
 def first_line(exc: SQLAlchemyError) -> str:

@@ -33,6 +33,10 @@ class Issuer(ThreadingHTTPServer):
         self.ec_key = ec.generate_private_key(ec.SECP256R1())
         self.ec_kid = "test-ec-1"
         self.fetches = 0
+        self.dropped: set[str] = set()
+        """Key ids its JWKS no longer lists."""
+        self.unusable: list[dict[str, Any]] = []
+        """JWKs it lists that no one can verify with (of an unknown kind)."""
         self.fetching = threading.Event()
         """Set when a fetch of the keys arrives while they are held."""
         self._released = threading.Event()
@@ -66,12 +70,11 @@ class Issuer(ThreadingHTTPServer):
     def jwks(self) -> dict[str, Any]:
         rsa_jwk: dict[str, Any] = RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
         ec_jwk: dict[str, Any] = ECAlgorithm.to_jwk(self.ec_key.public_key(), as_dict=True)
-        return {
-            "keys": [
-                rsa_jwk | {"kid": self.kid, "alg": "RS256", "use": "sig"},
-                ec_jwk | {"kid": self.ec_kid, "alg": "ES256", "use": "sig"},
-            ]
-        }
+        keys = [
+            rsa_jwk | {"kid": self.kid, "alg": "RS256", "use": "sig"},
+            ec_jwk | {"kid": self.ec_kid, "alg": "ES256", "use": "sig"},
+        ]
+        return {"keys": [k for k in keys if k["kid"] not in self.dropped] + self.unusable}
 
     def settings(self) -> dict[str, str]:
         """The API's settings for this issuer (roles in the ``roles`` claim)."""

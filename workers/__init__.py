@@ -7,7 +7,7 @@
 - ``airlock.workers.cli``: the ``airlock`` command.
 
 The HTTP API and the CLI do not import each other; both publish through the Celery
-runtime (import-linter holds them to it). ``celery -A workers worker`` finds the Celery
+runtime (import-linter holds them to it). ``celery -A airlock.workers worker`` finds the Celery
 app as ``airlock.workers.app``, with the tasks and steps registered.
 """
 

@@ -1,11 +1,11 @@
 """Judging one call: deny, then ask, then allow, first match wins; nothing matched, an
-error, a missing or mistyped argument: ``ask`` (fail closed). An agent's section can
-only narrow what the global rules decide."""
+error, a missing or mistyped argument, a text too long for a regex, a relative path
+against a path prefix: ``ask`` (fail closed). An agent's section can only narrow what
+the global rules decide."""
 
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import JsonValue
 
+from airlock.loop.policy.bounds import matched_text
 from airlock.loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
+from airlock.loop.policy.prefix import has_prefix
 from airlock.loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
 from airlock.loop.policy.verdicts import NO_RULE, Judgement, strictest
 
@@ -158,17 +160,26 @@ def _compare(predicate: Predicate, value: JsonValue) -> bool:
         assert isinstance(value, int | float) and isinstance(expected, int | float)
         return _ORDER[op](value, expected)
     if op in ("prefix", "regex"):
-        if not isinstance(value, str):
-            raise _Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a string")
-        if op == "prefix":
-            return isinstance(expected, str) and value.startswith(expected)
-        assert predicate.pattern is not None
-        return re.search(predicate.pattern, value) is not None
+        return _text(predicate, value)
     if json_type(value) == "non-finite number":
         raise _Unjudgeable(f"argument {predicate.path} is not a finite number")
     if op == "in":
         return isinstance(expected, list) and any(same(value, e) for e in expected)
     return same(value, expected) == (op == "==")
+
+
+def _text(predicate: Predicate, value: JsonValue) -> bool:
+    """``prefix`` (paths normalised: ``airlock.loop.policy.prefix``) and ``regex`` (on the
+    engine given, the text bounded: ``airlock.loop.policy.bounds``) on a string."""
+    if not isinstance(value, str):
+        raise _Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a string")
+    try:
+        if predicate.op == "prefix":
+            return isinstance(predicate.value, str) and has_prefix(value, predicate.value)
+        assert predicate.pattern is not None
+        return predicate.pattern.search(matched_text(value))
+    except ValueError as exc:
+        raise _Unjudgeable(f"argument {predicate.path} {exc}") from exc
 
 
 def same(left: JsonValue, right: JsonValue) -> bool:

@@ -1,5 +1,5 @@
 """``airlock policy check``'s warnings: a rule an earlier one shadows, a rule that can
-never match."""
+never match, a ``prefix`` whose meaning could surprise its reader."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from airlock.loop.policy.prefix import surprise
 from airlock.loop.policy.rules import Policy, Predicate, Rule, in_order
 
 
@@ -40,7 +41,18 @@ def lint(policy: Policy) -> list[LintWarning]:
                     )
                 )
             tried.append(rule)
+            warnings.extend(LintWarning(rule.line, rule.name, m) for m in surprises(rule))
     return sorted(warnings, key=lambda w: w.line)
+
+
+def surprises(rule: Rule) -> list[str]:
+    """Its ``prefix`` conditions whose meaning could surprise (``airlock.loop.policy.prefix``)."""
+    found = []
+    for p in rule.when:
+        why = surprise(p.value) if p.op == "prefix" and isinstance(p.value, str) else None
+        if why is not None:
+            found.append(f"at {p.path}: {why}")
+    return found
 
 
 def covers(earlier: Rule, later: Rule) -> bool:

@@ -13,8 +13,10 @@ from typing import cast
 from pydantic import JsonValue
 
 from airlock.loop.errors import AirlockError
+from airlock.loop.policy.bounds import MAX_GLOB_LENGTH, CompileRegex, Regex, compile_pattern
 from airlock.loop.policy.locate import Locator
 from airlock.loop.policy.paths import parse_path
+from airlock.loop.policy.prefix import unnormalised
 from airlock.loop.policy.rules import EFFECTS, NUMERIC, OPS, Op, Policy, Predicate, Rule
 from airlock.loop.policy.verdicts import ExpiryDefault, Verdict
 
@@ -36,15 +38,18 @@ class PolicyError(AirlockError):
         super().__init__(f"line {line}: {reason}" if line else reason)
 
 
-def parse_policy(text: str) -> Policy:
-    """The policy ``text`` holds. Raises ``PolicyError`` naming the line and the reason."""
+def parse_policy(text: str, compile_regex: CompileRegex | None = None) -> Policy:
+    """The policy ``text`` holds. Raises ``PolicyError`` naming the line and the reason.
+
+    ``compile_regex``: the linear-time engine ``regex`` conditions run on (the workers
+    give RE2); without one, a file with a ``regex`` condition is refused."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"at line (\d+)", str(exc))
         line = int(found.group(1)) if found else max(1, len(text.splitlines()))
         raise PolicyError(line, str(exc)) from exc
-    where = Locator(text)
+    where = _Where(text, compile_regex)
     unknown = sorted(set(raw) - {"version", "rules", "agents"})
     if unknown:
         raise PolicyError(where.top_key(unknown[0]), f"unknown key {unknown[0]!r}")
@@ -67,9 +72,15 @@ def parse_policy(text: str) -> Policy:
     return Policy(digest, rules, tuple(sections), text)
 
 
-def _rules(
-    raw: object, table: str, layer: str, where: Locator, names: set[str]
-) -> tuple[Rule, ...]:
+class _Where(Locator):
+    """Where each rule is written, and the engine its regex conditions compile on."""
+
+    def __init__(self, text: str, compile_regex: CompileRegex | None) -> None:
+        super().__init__(text)
+        self.compile_regex = compile_regex
+
+
+def _rules(raw: object, table: str, layer: str, where: _Where, names: set[str]) -> tuple[Rule, ...]:
     if not isinstance(raw, list):
         raise PolicyError(where.top_key("rules"), f"{table} must be an array of tables")
     rules = []
@@ -89,7 +100,7 @@ def _rules(
 class _Reader:
     entry: dict[str, object]
     line: int
-    where: Locator
+    where: _Where
 
     def fail(self, key: str, reason: str) -> PolicyError:
         return PolicyError(self.where.key(self.line, key), reason)
@@ -113,8 +124,8 @@ class _Reader:
             line=self.line,
             layer=layer,
             verdict=verdict,
-            agents=agents,
-            tools=self.names("tool") or ("*",),
+            agents=self.globs("agent", agents),
+            tools=self.globs("tool", self.names("tool")) or ("*",),
             effects=self.effects(),
             requesters=self.names("requester"),
             metadata=self.metadata(),
@@ -149,6 +160,12 @@ class _Reader:
             raise self.fail(key, f"every {key} must be a non-empty string")
         return tuple(cast(list[str], values))
 
+    def globs(self, key: str, globs: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        long = next((g for g in globs or () if len(g) > MAX_GLOB_LENGTH), None)
+        if long is not None:
+            raise self.fail(key, f"a {key} glob is at most {MAX_GLOB_LENGTH} characters")
+        return globs
+
     def effects(self) -> tuple[str, ...] | None:
         effects = self.names("effect")
         bad = [e for e in effects or () if e not in EFFECTS]
@@ -181,6 +198,12 @@ class _Reader:
         except ValueError as exc:
             raise self.fail("when", str(exc)) from exc
         return _typed(cast(Op, op), str(path), parts, value, self)
+
+    def pattern(self, path: str, source: str) -> Regex:
+        try:
+            return compile_pattern(source, self.where.compile_regex)
+        except ValueError as exc:
+            raise self.fail("when", f"{path} regex: {exc}") from exc
 
     def quorum(self) -> int:
         value = self.entry.get("quorum", 1)
@@ -222,10 +245,9 @@ def _typed(
     if op in ("prefix", "regex") and not isinstance(value, str):
         raise reader.fail("when", f"{path} {op}: the value must be a string")
     if op == "regex":
-        try:
-            pattern = re.compile(cast(str, value))
-        except re.error as exc:
-            raise reader.fail("when", f"{path} regex: {exc}") from exc
+        pattern = reader.pattern(path, cast(str, value))
+    if op == "prefix" and (why := unnormalised(cast(str, value))):
+        raise reader.fail("when", f"{path} prefix: {why}")
     return Predicate(path, parts, op, cast(JsonValue, _plain(value)), pattern)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import JsonValue
 
+from airlock.loop.policy.bounds import Regex
 from airlock.loop.policy.verdicts import ExpiryDefault, Verdict
 
 Op = Literal["==", "!=", "<", "<=", ">", ">=", "in", "prefix", "regex"]
@@ -26,7 +26,8 @@ class Predicate:
     parts: tuple[PathPart, ...]
     op: Op
     value: JsonValue
-    pattern: re.Pattern[str] | None = field(default=None, compare=False)
+    pattern: Regex | None = field(default=None, compare=False)
+    """A ``regex`` condition's pattern, compiled by a linear-time engine."""
 
     def describe(self) -> str:
         return f"{self.path} {self.op} {self.value!r}"

@@ -43,6 +43,7 @@ from airlock.persistence.store.ledger import Ledger, Prior
 from airlock.persistence.store.outbox import OutboxStore
 from airlock.persistence.store.queries import Queries
 from airlock.persistence.store.retention import Retention
+from airlock.persistence.store.retry import RetryPolicy, is_transient
 from airlock.persistence.store.runs import Runs
 from airlock.persistence.store.sessions import SessionStore, StoredSession
 from airlock.persistence.store.throttle import SignInThrottle, Slot
@@ -55,10 +56,12 @@ __all__ = [
     "LeaseLostError",
     "Prior",
     "Receipt",
+    "RetryPolicy",
     "RunStore",
     "Slot",
     "StoredSession",
     "UnknownRunError",
+    "is_transient",
     "parse_run_id",
     "utcnow",
 ]
@@ -66,11 +69,18 @@ __all__ = [
 
 class RunStore:
     def __init__(
-        self, engine: Engine, *, cipher: StateCipher | None = None, clock: Clock = utcnow
+        self,
+        engine: Engine,
+        *,
+        cipher: StateCipher | None = None,
+        clock: Clock = utcnow,
+        retry: RetryPolicy | None = None,
     ) -> None:
         conns = Connections(engine)
         cipher = cipher or StateCipher()
-        ctx = Context(conns, statements_for(conns, cipher, clock), cipher, clock)
+        ctx = Context(
+            conns, statements_for(conns, cipher, clock), cipher, clock, retry or RetryPolicy()
+        )
         self.engine = engine
         self.now: Clock = clock
         self.connections = conns

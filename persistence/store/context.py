@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.store.common import Clock
 from airlock.persistence.store.connections import Connections
 from airlock.persistence.store.dialects import Statements
+from airlock.persistence.store.retry import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -17,3 +18,5 @@ class Context:
     """The dialect's statements, chosen once."""
     cipher: StateCipher
     now: Clock
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How long a unit is retried while the database connection is lost."""

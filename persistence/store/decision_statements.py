@@ -56,7 +56,7 @@ LOCK_WAITING = select(RUNS.c.id).where(sql.waiting_guard(expiry=False)).with_for
 REPLACE_MINE = APPROVALS.delete().where(
     APPROVALS.c.run_id == bindparam("rid"),
     APPROVALS.c.turn_digest == bindparam("digest"),
-    APPROVALS.c.principal == bindparam("principal"),
+    APPROVALS.c.identity == bindparam("identity"),
     APPROVALS.c.proposal != bindparam("proposal"),
 )
 """The principal's approval of the turn with another effect than ``proposal`` (with
@@ -93,4 +93,5 @@ def to_decision(row: Mapping[Any, Any], cipher: StateCipher) -> DecisionRecord:
         approver=row["approver"],
         webhook_id=row["webhook_id"],
         created_at=row["created_at"],
+        identity=row.get("identity"),
     )

@@ -29,6 +29,7 @@ from airlock.persistence.store.decision_statements import (
     to_decision,
 )
 from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.retry import retried
 
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
 SESSIONS = sql.SESSIONS
@@ -70,6 +71,7 @@ class Decisions:
         decision: dict[str, JsonValue],
         *,
         approver: str | None = None,
+        identity: str | None = None,
         receipt: Receipt | None = None,
         sign_in: str | None = None,
         events: Sequence[Event] = (),
@@ -91,8 +93,9 @@ class Decisions:
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        record = DecisionRecord(run_id, turn_digest, decision, approver, None, self._ctx.now())
-        row, now = self._row(record), record.created_at
+        now = self._ctx.now()
+        record = DecisionRecord(run_id, turn_digest, decision, approver, None, now, identity)
+        row = self._row(record)
         params = {"rid": rid, "digest": turn_digest, "now": now}
         try:
             # one statement (autocommit on PostgreSQL), or a transaction of a few
@@ -117,6 +120,7 @@ class Decisions:
         *,
         effect: dict[str, JsonValue],
         principal: str,
+        identity: str,
         auth: dict[str, JsonValue],
         quorum: int,
         audit: Audit,
@@ -124,21 +128,21 @@ class Decisions:
         sign_in: str | None = None,
     ) -> DecisionOutcome:
         """Record ``principal``'s approval of ``decision`` for the turn that waits; the
-        approval that makes ``quorum`` distinct principals of the same ``effect`` (what
-        the decision does to each call it covers, whatever its wording) also records
-        the decision and moves the run waiting → queued, in its transaction; one of
-        another effect by the same principal replaces theirs. The transaction locks the
-        run's row first (``FOR UPDATE``; SQLite's writers queue on ``BEGIN IMMEDIATE``),
-        so concurrent approvals are counted one after another and exactly one reaches
-        the quorum. The same approval again, a webhook id used before, or a turn no
-        longer waiting rolls it all back and is explained as ``record_decision``'s are."""
+        approval that makes ``quorum`` distinct identities of the same ``effect`` (what
+        the decision does to each call it covers, whatever its wording) also records the
+        decision and moves the run waiting → queued, in its transaction; one of another
+        effect by the same ``identity`` replaces theirs. The transaction locks the run's
+        row first (``FOR UPDATE``; SQLite: ``BEGIN IMMEDIATE``): one reaches the quorum.
+        A repeat, a webhook id used before, or a turn no longer waiting rolls it all back
+        (explained as ``record_decision``'s are)."""
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
-        record = DecisionRecord(run_id, turn_digest, decision, principal, None, self._ctx.now())
-        proposal = proposal_of(run_id, turn_digest, effect)
-        params = {"rid": rid, "digest": turn_digest, "now": record.created_at}
-        mine = params | {"principal": principal, "proposal": proposal}
+        now = self._ctx.now()
+        record = DecisionRecord(run_id, turn_digest, decision, principal, None, now, identity)
+        proposal, params = proposal_of(run_id, turn_digest, effect), {"rid": rid, "now": now}
+        params["digest"] = turn_digest
+        mine = params | {"identity": identity, "proposal": proposal}
         try:
             with self._ctx.conns.tx() as s:
                 if s.execute(LOCK_WAITING, params).first() is None:
@@ -153,7 +157,7 @@ class Decisions:
                 self._tally(s, record, params, audit(approved_by, reached, replaced), reached)
         except (IntegrityError, _NotWaitingError):
             return self.explain(
-                run_id, turn_digest, decision, receipt, principal=principal, proposal=proposal
+                run_id, turn_digest, decision, receipt, identity=identity, proposal=proposal
             )
         if not reached:  # the quorum is not: this approval waits for more
             return DecisionOutcome("partial", approved_by=approved_by)
@@ -166,6 +170,7 @@ class Decisions:
             "run_id": parse_run_id(record.run_id),
             "turn_digest": record.turn_digest,
             "principal": record.approver,
+            "identity": record.identity,
             "auth": auth,
             "decision": self._ctx.cipher.seal_json(record.decision),
             "proposal": proposal,
@@ -196,13 +201,15 @@ class Decisions:
         principal: str,
         events: Sequence[Event],
         *,
+        identity: str,
         receipt: Receipt | None = None,
     ) -> DecisionOutcome:
-        """Withdraw ``principal``'s approval of the turn that waits, with ``events`` (and
-        the ``receipt`` of the webhook that asked), in one transaction under the run's
-        lock (so it is counted by no approval after it): ``withdrawn`` with the
-        approvals left; ``conflict`` when it has none or the turn no longer waits (a
-        quorum reached is final); a resend of the webhook is a ``duplicate``."""
+        """Withdraw the approval of ``identity`` (named ``principal``) of the turn that
+        waits, with ``events`` (and the ``receipt`` of the webhook that asked), in one
+        transaction under the run's lock (so it is counted by no approval after it):
+        ``withdrawn`` with the approvals left; ``conflict`` when it has none or the turn
+        no longer waits (a quorum reached is final); a resend of the webhook is a
+        ``duplicate``."""
         rid = parse_run_id(run_id)
         if rid is None:
             return DecisionOutcome("not_found")
@@ -212,7 +219,7 @@ class Decisions:
                 if s.execute(LOCK_WAITING, params).first() is None:
                     raise _NotWaitingError
                 self._keep(s, receipt, params)
-                mine = params | {"principal": principal, "proposal": ""}
+                mine = params | {"identity": identity, "proposal": ""}
                 if not s.execute(REPLACE_MINE, mine).rowcount:
                     raise _NoApprovalError
                 noted = self._ctx.sql.with_events(
@@ -238,6 +245,7 @@ class Decisions:
             "approver": record.approver,
             "webhook_id": record.webhook_id,  # None: kept as a receipt (``_keep``)
             "created_at": record.created_at,
+            "identity": record.identity,
         }
 
     def approvals(self, run_id: str, turn_digest: str) -> list[ApprovalRecord]:
@@ -263,6 +271,7 @@ class Decisions:
             proposal=row["proposal"],
             webhook_id=row["webhook_id"],
             created_at=row["created_at"],
+            identity=row["identity"],
         )
 
     def explain(
@@ -272,12 +281,12 @@ class Decisions:
         decision: dict[str, JsonValue],
         receipt: Receipt | None,
         *,
-        principal: str | None = None,
+        identity: str | None = None,
         proposal: str | None = None,
     ) -> DecisionOutcome:
         """Why ``decision`` is not recorded for the turn, read only: a replay of its
-        webhook id, the same decision already made (``duplicate``), this principal's
-        same approval (``proposal``) already counted, or a ``conflict`` saying why."""
+        webhook id, the same decision already made (``duplicate``), the same approval
+        (``proposal``) by ``identity`` already counted, or a ``conflict`` saying why."""
         with self._ctx.conns.one() as s:
             if receipt is not None:
                 replay = self._replay(s, run_id, receipt)
@@ -290,10 +299,8 @@ class Decisions:
                 return DecisionOutcome(
                     "conflict", stored, "another decision for this turn was already recorded"
                 )
-            if principal is not None and proposal is not None:
-                mine = sql.row_of(
-                    s, APPROVALS, run_id, turn_digest=turn_digest, principal=principal
-                )
+            if identity is not None and proposal is not None:
+                mine = sql.row_of(s, APPROVALS, run_id, turn_digest=turn_digest, identity=identity)
                 if mine is not None and mine["proposal"] == proposal:
                     same = {"rid": mine["run_id"], "digest": turn_digest, "proposal": proposal}
                     approved_by = tuple(s.scalars(SAME_PROPOSAL, same))
@@ -304,9 +311,12 @@ class Decisions:
         """Whether the quorum that made ``stored`` approved the effect ``proposal``."""
         if proposal is None or stored.approver is None:
             return False
-        won = sql.row_of(
-            s, APPROVALS, stored.run_id, turn_digest=stored.turn_digest, principal=stored.approver
+        who = (
+            {"identity": stored.identity}
+            if stored.identity is not None
+            else {"principal": stored.approver}  # a decision made before identities were kept
         )
+        won = sql.row_of(s, APPROVALS, stored.run_id, turn_digest=stored.turn_digest, **who)
         return won is not None and won["proposal"] == proposal
 
     def _keep(self, s: Connection, receipt: Receipt | None, params: dict[str, Any]) -> None:
@@ -376,6 +386,7 @@ class Decisions:
         ``StateError`` when its seal cannot be opened."""
         return self._ctx.cipher.open_json(stored, "a decision")
 
+    @retried
     def decision_for(self, run_id: str, turn_digest: str) -> DecisionRecord | None:
         with self._ctx.conns.one() as s:
             return self._decision(s, run_id, turn_digest)

@@ -16,6 +16,7 @@ from airlock.persistence.store import sql
 from airlock.persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.retry import retried
 from airlock.persistence.store.runs import Runs
 
 RUNS, EVENTS = sql.RUNS, sql.EVENTS
@@ -37,7 +38,21 @@ class Events:
         """Append to the run's audit stream; ``seq`` is gap-free and unique per run."""
         return self.append_events(run_id, [(kind, payload)], counters=counters)[0]
 
+    @retried
     def append_events(
+        self,
+        run_id: str,
+        events: Sequence[Event],
+        *,
+        counters: tuple[int, Usage] | None = None,
+        calls: Sequence[CallRecord] = (),
+        owner: str | None = None,
+    ) -> list[int]:
+        """``write_events``, retried as a unit when the connection drops (events whose
+        first write committed before its answer was lost are told twice)."""
+        return self.write_events(run_id, events, counters=counters, calls=calls, owner=owner)
+
+    def write_events(
         self,
         run_id: str,
         events: Sequence[Event],

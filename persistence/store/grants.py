@@ -20,7 +20,9 @@ from airlock.persistence.store import sql
 from airlock.persistence.store.common import Event, parse_run_id
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.dialects import Writes
-from airlock.persistence.store.transitions import RUNNING, Guard, Transitions
+from airlock.persistence.store.guards import RUNNING, Guard, landed
+from airlock.persistence.store.retry import retried, retrying
+from airlock.persistence.store.transitions import Transitions
 
 GRANTS, DECISIONS, RUNS = sql.GRANTS, sql.DECISIONS, sql.RUNS
 
@@ -64,6 +66,7 @@ class Grants:
             "last_used_at": None,
         }
 
+    @retried
     def matching(self, run_id: str, tools: Sequence[str], keys: Sequence[str]) -> list[GrantRecord]:
         """The grants live now that may cover a call of run ``run_id``: a ``run`` grant
         of that run for one of ``tools``, or a ``call`` grant whose key is in ``keys``
@@ -103,10 +106,36 @@ class Grants:
         the transaction locks it, the grants' decision with it (the run goes on to
         ``queued``, no ``notify``: nobody is asked); else the suspension alone, with
         ``notify``. Guarded on the lease, as ``Transitions.suspend``."""
+        values = self._transitions.suspension(state, expires_at)
+
+        def unit(attempt: int) -> Suspended:
+            if attempt:  # the first attempt may have committed before its answer was lost
+                if landed(self._ctx, run_id, values):
+                    return "waiting"
+                if landed(self._ctx, run_id, values | {"status": "queued"}):
+                    return "released"
+            return self._suspend(
+                run_id, owner, state, values, expires_at, release=release, writes=writes
+            )
+
+        writes = (events, calls, notify)
+        return retrying(self._ctx.retry, unit, what="a suspension released by grants")
+
+    def _suspend(
+        self,
+        run_id: str,
+        owner: str,
+        state: SuspendedRunState,
+        values: dict[str, Any],
+        expires_at: datetime | None,
+        *,
+        release: Release,
+        writes: tuple[Sequence[Event], Sequence[CallRecord], str | None],
+    ) -> Suspended:
         rid = parse_run_id(run_id)
         now = self._ctx.now()
         ids = [uuid.UUID(g) for g in release.grant_ids]
-        values = self._transitions.suspension(state, expires_at)
+        events, calls, notify = writes
         try:
             with self._ctx.conns.tx() as s:
                 # an approval that expires before it could be given (a policy's
@@ -154,6 +183,7 @@ class Grants:
             "approver": record.approver,
             "webhook_id": None,
             "created_at": now,
+            "identity": ("grant:" + ",".join(release.grant_ids))[:600],
         }
         params = {"rid": rid, "digest": digest, "now": now}
         decided = self._ctx.sql.decide(s, params, row, [("decision", release.event)], expiry=False)

@@ -20,6 +20,7 @@ from airlock.persistence.store import sql
 from airlock.persistence.store.common import Event, LeaseLostError
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.events import Events
+from airlock.persistence.store.retry import retried, retrying
 
 CALLS = sql.CALLS
 
@@ -60,8 +61,24 @@ class Ledger:
 
         ``prior``: what the segment has yet to write, written first, in the same statement
         (one round trip, not two), under the same lease; also when the call was in the
-        ledger already."""
-        row = self._started(run_id, call_id, tool, effect, arguments)
+        ledger already.
+
+        Retried as a unit when the connection drops (``retry``). A first attempt that
+        committed before its answer was lost left a ``started`` record of this ``owner``:
+        the call has not run, so it is this caller's to run (``True``), not in doubt."""
+        row = self._started(run_id, call_id, tool, effect, arguments, owner=owner)
+
+        def unit(_attempt: int) -> tuple[LedgerEntry, bool]:
+            entry, fresh = self._start_once(run_id, row, prior, owner)
+            if not fresh and owner is not None and entry.started_by == owner:
+                return entry, entry.status is CallStatus.STARTED
+            return entry, fresh
+
+        return retrying(self._ctx.retry, unit, what="starting a call")
+
+    def _start_once(
+        self, run_id: str, row: dict[str, Any], prior: Prior | None, owner: str | None
+    ) -> tuple[LedgerEntry, bool]:
         if prior is not None and prior.events:
             return self._start_after(run_id, row, prior, owner)
         params = {f"s_{c}": v for c, v in row.items()} | {"owner": owner}
@@ -73,17 +90,24 @@ class Ledger:
                     s, key, lambda: sql.start_call(guarded=guarded), params
                 )
         except IntegrityError:
-            existing = self.recorded_call(run_id, call_id)
+            existing = self._recorded(run_id, row["call_id"])
             assert existing is not None, "a ledger row is never deleted while its run lives"
             return existing, False
         if inserted is None:
             raise LeaseLostError(
-                f"run {run_id} is no longer leased to {owner}: call {call_id} not started"
+                f"run {run_id} is no longer leased to {owner}: call {row['call_id']} not started"
             )
         return to_entry(row, self._ctx.cipher), True
 
     def _started(
-        self, run_id: str, call_id: str, tool: str, effect: str, arguments: dict[str, JsonValue]
+        self,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        effect: str,
+        arguments: dict[str, JsonValue],
+        *,
+        owner: str | None,
     ) -> dict[str, Any]:
         """A call's ledger row as it starts."""
         return {
@@ -97,6 +121,7 @@ class Ledger:
             "is_error": False,
             "attempts": 1,
             "started_at": self._ctx.now(),
+            "started_by": owner,
         }
 
     def _start_after(
@@ -105,7 +130,7 @@ class Ledger:
         if owner is None:
             raise ValueError("a segment's events are written under its lease: give the owner")
         write = functools.partial(
-            self._events.append_events,
+            self._events.write_events,
             run_id,
             prior.events,
             counters=prior.counters,
@@ -114,26 +139,34 @@ class Ledger:
         )
         try:
             write(start={c: v for c, v in row.items() if c != "run_id"})
-        except IntegrityError:  # in the ledger already (a redone segment): what it holds
-            write()
-            existing = self.recorded_call(run_id, row["call_id"])
+        except IntegrityError:  # in the ledger already: what it holds
+            existing = self._recorded(run_id, row["call_id"])
             assert existing is not None, "a ledger row is never deleted while its run lives"
+            if existing.started_by != owner:  # a redone segment: its events, told again
+                write()
             return existing, False
         return to_entry(row, self._ctx.cipher), True
 
+    @retried
     def recorded_call(self, run_id: str, call_id: str) -> LedgerEntry | None:
+        return self._recorded(run_id, call_id)
+
+    def _recorded(self, run_id: str, call_id: str) -> LedgerEntry | None:
         with self._ctx.conns.one() as s:
             row = sql.row_of(s, CALLS, run_id, call_id=call_id)
         return to_entry(row, self._ctx.cipher) if row is not None else None
 
+    @retried
     def record_calls(self, run_id: str, calls: Sequence[CallRecord]) -> None:
         """Record calls that ran, with their results, in one write (reads: nothing to be
-        in doubt about). A result recorded first by a concurrent duplicate stays."""
+        in doubt about). A result recorded first by a concurrent duplicate (or by this
+        write's first attempt) stays."""
         rid = uuid.UUID(run_id)
         rows = [sql.call_row(call, self._ctx.cipher) | {"run_id": rid} for call in calls]
         with self._ctx.conns.one() as s:
             self._ctx.sql.record_calls(s, rows)
 
+    @retried
     def restart_call(self, run_id: str, call_id: str) -> None:
         """An in-doubt call is being run again (its tool is safe to repeat)."""
         with self._ctx.conns.one() as s:
@@ -146,7 +179,11 @@ class Ledger:
     def finish_call(self, run_id: str, call_id: str, result: str, *, is_error: bool) -> None:
         """A started call's result. On PostgreSQL its commit does not wait for the disk:
         were a crash of the server to lose it, the call would be found in doubt, and a
-        write not repeated (the next durable commit of the run keeps it for good)."""
+        write not repeated (the next durable commit of the run keeps it for good).
+
+        Nothing but this caller knows the result: it is retried while the database is
+        away for the policy's ``result_seconds`` (a repeat changes nothing: the record is
+        guarded on the call still ``started``)."""
         status = CallStatus.FAILED if is_error else CallStatus.SUCCEEDED
         params = {
             "rid": uuid.UUID(run_id),
@@ -156,13 +193,19 @@ class Ledger:
             "f_is_error": is_error,
             "now": self._ctx.now(),
         }
-        with self._ctx.conns.one(durable=False) as s:
-            self._ctx.sql.hot(s, "finish_call", sql.finish_call, params)
+
+        def unit(_attempt: int) -> None:
+            with self._ctx.conns.one(durable=False) as s:
+                self._ctx.sql.hot(s, "finish_call", sql.finish_call, params)
+
+        policy = self._ctx.retry
+        retrying(policy, unit, what="recording a call's result", seconds=policy.result_seconds)
 
     def in_doubt_calls(self, run_id: str) -> list[LedgerEntry]:
         """Calls that started but never recorded a result: the worker died in between."""
         return [e for e in self.entries(run_id) if e.status is CallStatus.STARTED]
 
+    @retried
     def entries(self, run_id: str) -> list[LedgerEntry]:
         """The run's ledger, in the order its calls started."""
         with self._ctx.conns.one() as s:
@@ -187,4 +230,5 @@ def to_entry(row: Mapping[Any, Any], cipher: StateCipher) -> LedgerEntry:
         result=None if result is None else cipher.open_text(result, "a recorded result"),
         is_error=bool(row["is_error"]),
         attempts=row["attempts"],
+        started_by=row.get("started_by"),
     )

@@ -17,6 +17,7 @@ from airlock.persistence.domain import Claim, Run, RunStatus
 from airlock.persistence.store import sql
 from airlock.persistence.store.common import Event, UnknownRunError, parse_run_id
 from airlock.persistence.store.context import Context
+from airlock.persistence.store.retry import retried
 
 
 class Runs:
@@ -95,6 +96,7 @@ class Runs:
             ).first()
             return self.opened(row._mapping) if row is not None else None
 
+    @retried
     def get(self, run_id: str) -> Run | None:
         rid = parse_run_id(run_id)
         if rid is None:
@@ -172,5 +174,6 @@ def to_run(row: Mapping[Any, Any]) -> Run:
         updated_at=row["updated_at"],
         version=row["version"],
         requested_by=row["requested_by"],
+        caller=row.get("caller"),
         checkpoint=row.get("checkpoint"),
     )

@@ -189,7 +189,7 @@ def insert_events(
 def record_start(moved: CTE) -> CTE:
     """INSERT the ``started`` record of a call (bound as ``s_<column>``) of the run
     ``moved`` updated: with the events written before the call, in their statement."""
-    columns = list(CALL_COLUMNS[:-1])  # not finished
+    columns = list(START_COLUMNS)
     source = select(
         moved.c.id, *(bindparam(f"s_{c}", type_=CALLS.c[c].type) for c in columns)
     ).select_from(moved)
@@ -219,7 +219,7 @@ def notify_params(event_type: str, now: datetime) -> dict[str, Any]:
 def start_call(*, guarded: bool) -> Insert:
     """A call's ``started`` record (bound as ``s_<column>``); ``guarded``: only while the
     run is running under the lease ``owner``, its row held for the statement."""
-    columns = ["run_id", *CALL_COLUMNS[:-1]]  # not finished
+    columns = ["run_id", *START_COLUMNS]
     source = select(*(bindparam(f"s_{c}", type_=CALLS.c[c].type) for c in columns))
     if guarded:
         leased = (
@@ -257,6 +257,8 @@ CALL_COLUMNS = (
     "call_id", "tool", "effect", "arguments", "status", "result", "is_error", "attempts",
     "started_at", "finished_at",
 )  # fmt: skip
+START_COLUMNS = (*CALL_COLUMNS[:-1], "started_by")
+"""A call's ``started`` record: not finished, and by whom."""
 
 
 def record_calls(moved: CTE, m: int) -> CTE:
@@ -315,7 +317,9 @@ def create_statement(columns: Sequence[str]) -> Insert:
     return insert(EVENTS).from_select(EVENT_COLUMNS, source)
 
 
-DECISION_COLUMNS = ("run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at")
+DECISION_COLUMNS = (
+    "run_id", "turn_digest", "decision", "approver", "webhook_id", "created_at", "identity",
+)  # fmt: skip
 
 
 def decide_statement(k: int, moving: Callable[[], Update]) -> Insert:

@@ -4,13 +4,14 @@ sees the new status also sees why, and a caller that lost the race changes nothi
 
 from __future__ import annotations
 
+import functools
 import json
+import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, select, tuple_, update
+from sqlalchemy import bindparam, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Update
 
@@ -20,48 +21,12 @@ from airlock.persistence.store import sql
 from airlock.persistence.store.common import Event, parse_run_id
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.guards import RUNNING, Guard, landed
+from airlock.persistence.store.retry import retrying
 
 RUNS = sql.RUNS
 RENEW_CHUNK = 500
 """Leases renewed per statement (bounds its parameters)."""
-
-
-@dataclass(frozen=True)
-class Guard:
-    """What a transition requires of its run, besides its id, as of its statement."""
-
-    expected: tuple[RunStatus, ...]
-    owner: str | None = None
-    """Leased to this owner."""
-    turn_digest: str | None = None
-    """Waiting on this turn."""
-    expired: bool = False
-    """Its approval expired."""
-    lease_expired: bool = False
-    """Its lease expired: a renewal that came first keeps the run."""
-
-    def shape(self, columns: tuple[str, ...]) -> tuple[Any, ...]:
-        statuses = tuple(s.value for s in self.expected)
-        flags = (self.owner is not None, self.turn_digest is not None)
-        return ("transition", statuses, columns, *flags, self.expired, self.lease_expired)
-
-    def conditions(self) -> list[ColumnElement[bool]]:
-        conditions = [
-            RUNS.c.id == bindparam("rid"),
-            sql.status_in(*(s.value for s in self.expected)),
-        ]
-        if self.turn_digest is not None:
-            conditions.append(RUNS.c.turn_digest == bindparam("digest"))
-        if self.expired:
-            conditions.append(RUNS.c.expires_at <= bindparam("now"))
-        if self.lease_expired:
-            conditions.append(RUNS.c.lease_expires_at < bindparam("now"))
-        if self.owner is not None:
-            conditions.append(RUNS.c.lease_owner == bindparam("owner"))
-        return conditions
-
-
-RUNNING = (RunStatus.RUNNING,)
 
 
 class Transitions:
@@ -108,9 +73,17 @@ class Transitions:
         return int(s.execute(self._ctx.conns.statement(key, build), params).rowcount) == 1
 
     def _move_one(self, run_id: str, guard: Guard, values: dict[str, Any], **kwargs: Any) -> bool:
-        """``move`` in a statement of its own."""
-        with self._ctx.conns.one() as s:
-            return self.move(s, run_id, guard, values, **kwargs)
+        """``move`` in a statement of its own, retried as a unit when the connection drops.
+        A repeat first reads whether the first attempt landed (it committed, its answer
+        was lost): its guard would now refuse it, and its events are written already."""
+
+        def unit(attempt: int) -> bool:
+            if attempt and landed(self._ctx, run_id, values):
+                return True
+            with self._ctx.conns.one() as s:
+                return self.move(s, run_id, guard, values, **kwargs)
+
+        return retrying(self._ctx.retry, unit, what="a run's transition")
 
     def claim(
         self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
@@ -134,13 +107,8 @@ class Transitions:
         rid = parse_run_id(run_id)
         if rid is None:
             return None
-        now = self._ctx.now()
-        params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
-        claim = sql.CLAIM if take_over is None else sql.TAKE_OVER
-        if take_over is not None:
-            params["previous"] = take_over
-        with self._ctx.conns.one(durable=False) as s:
-            row = self._ctx.sql.hot(s, ("claim", take_over is None), lambda: claim, params)
+        attempt = functools.partial(self._claim_attempt, rid, owner, lease, take_over)
+        row = retrying(self._ctx.retry, attempt, what="claiming a run")
         if row is None:
             return None
         _, agent, input, attempts, turn_digest, ledger, sealed, decision, approver = row
@@ -161,6 +129,30 @@ class Transitions:
             decision=json.loads(decision) if isinstance(decision, str) else decision,
             approver=approver,
         )
+
+    def _claim_attempt(
+        self, rid: uuid.UUID, owner: str, lease: timedelta, take_over: str | None, attempt: int
+    ) -> Any:
+        if attempt == 0:
+            return self._claim_row(rid, owner, lease, take_over)
+        # the first attempt may have committed before its answer was lost: the run is
+        # then leased to ``owner`` already, and continuing that claim is taking it over
+        # from itself
+        row = self._claim_row(rid, owner, lease, owner)
+        if row is None and take_over is not None:
+            row = self._claim_row(rid, owner, lease, take_over)
+        return row
+
+    def _claim_row(
+        self, rid: uuid.UUID, owner: str, lease: timedelta, take_over: str | None
+    ) -> Any:
+        now = self._ctx.now()
+        params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
+        claim = sql.CLAIM if take_over is None else sql.TAKE_OVER
+        if take_over is not None:
+            params["previous"] = take_over
+        with self._ctx.conns.one(durable=False) as s:
+            return self._ctx.sql.hot(s, ("claim", take_over is None), lambda: claim, params)
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         return run_id in self.renew_leases({run_id: owner}, lease)
@@ -239,9 +231,15 @@ class Transitions:
         acts before ``Ledger.start_call``'s durable commit, which flushes the log up
         to itself, this checkpoint included. A crash before that loses the checkpoint
         and no side effect with it."""
-        with self._ctx.conns.one(durable=False) as s:
-            guard = Guard(RUNNING, owner=owner)
-            return self.move(s, run_id, guard, self._counters(state), events=events, calls=calls)
+        values, guard = self._counters(state), Guard(RUNNING, owner=owner)
+
+        def unit(attempt: int) -> bool:
+            if attempt and landed(self._ctx, run_id, values | {"status": RunStatus.RUNNING.value}):
+                return True
+            with self._ctx.conns.one(durable=False) as s:
+                return self.move(s, run_id, guard, values, events=events, calls=calls)
+
+        return retrying(self._ctx.retry, unit, what="a checkpoint")
 
     def finish(
         self,

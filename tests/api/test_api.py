@@ -372,13 +372,13 @@ def test_scrapes_count_runs_in_the_database_at_most_every_few_seconds(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counted: list[int] = []
-    count_by_status = api.service.store.queries.count_by_status
+    count_by_status = api.service.reader.queries.count_by_status
 
     def counting() -> Any:
         counted.append(1)
         return count_by_status()
 
-    monkeypatch.setattr(api.service.store.queries, "count_by_status", counting)
+    monkeypatch.setattr(api.service.reader.queries, "count_by_status", counting)
     for _ in range(5):
         metrics = api.client.get("/metrics").text
     assert len(counted) == 1

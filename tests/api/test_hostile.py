@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from airlock.workers.http import issuer_keys
 from airlock.workers.testing import TOKEN
 from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
+from tests.issuer import Issuer
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -187,3 +189,23 @@ def test_an_approval_with_a_non_finite_number_is_422_and_stores_nothing(
     # and the turn is still there to decide
     approved = {"turn_digest": digest, "decision": "approve"}
     assert door.approve(run_id, approved).status_code == 202
+
+
+def test_a_token_of_a_key_the_issuer_dropped_is_refused_from_the_next_refresh(
+    db_url: str, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: a leaked key that the issuer dropped (here, with every other key it had)
+    kept verifying tokens, since a key set with no key left was taken for a failed
+    fetch. Every lookup refreshes here (no lifespan, no cooldown)."""
+    monkeypatch.setattr(issuer_keys, "LIFESPAN", 0.0)
+    monkeypatch.setattr(issuer_keys, "COOLDOWN", 0.0)
+    api = make_api(db_url, **issuer.settings())
+    try:
+        leaked = issuer.token("mallory", key=issuer.ec_key, kid=issuer.ec_kid, algorithm="ES256")
+        headers = {"Authorization": f"Bearer {leaked}"}
+        assert api.client.get("/v1/runs", headers=headers).status_code == 200
+        issuer.dropped |= {issuer.kid, issuer.ec_kid}
+        refused = problem(api.client.get("/v1/runs", headers=headers), 401)
+        assert "no key of the issuer signs this token" in refused["detail"]
+    finally:
+        api.service.store.engine.dispose()

@@ -148,14 +148,40 @@ def test_the_requester_may_not_approve_their_own_run(api: Api, issuer: Issuer) -
     digest = api.run(run_id)["pending"]["turn_digest"]
     before = state_of(api, run_id)
     problem(by_token(api, run_id, approve(digest), alice), 403, "alice requested this run")
-    # nor through a client that vouches for her
-    refused = api.approve(run_id, approve(digest, approver="alice"), secret=PAYMENTS_SECRET)
-    problem(refused, 403, "alice requested this run")
     assert state_of(api, run_id) == before
     assert (
         by_token(api, run_id, approve(digest), issuer.bearer("bob", ["payments"])).status_code
         == 202
     )
+
+
+def test_a_name_given_by_a_client_is_not_the_tokens_subject_of_that_name(
+    api: Api, issuer: Issuer
+) -> None:
+    """The issuer's ``alice`` requested the run; an approval client's ``alice`` is another
+    principal (its method, authority and subject together), who may approve it."""
+    alice = issuer.bearer("alice", ["payments"])
+    created = api.client.post("/v1/runs", json={"agent": "payments", "input": "x"}, headers=alice)
+    run_id = created.json()["id"]
+    api.segment(run_id)
+    digest = api.run(run_id)["pending"]["turn_digest"]
+    vouched = api.approve(run_id, approve(digest, approver="alice"), secret=PAYMENTS_SECRET)
+    assert vouched.status_code == 202, vouched.text
+
+
+def test_a_requester_named_by_a_trusted_client_is_known_by_that_name_alone(api: Api) -> None:
+    """The API token's holder names the requester: no principal proved to be them, so
+    separation of duties refuses anyone of that name, however they sign in."""
+    created = api.client.post(
+        "/v1/runs",
+        json={"agent": "payments", "input": "x", "requested_by": "alice"},
+        headers=api.headers(),
+    )
+    run_id = created.json()["id"]
+    api.segment(run_id)
+    digest = api.run(run_id)["pending"]["turn_digest"]
+    refused = api.approve(run_id, approve(digest, approver="alice"), secret=PAYMENTS_SECRET)
+    problem(refused, 403, "alice requested this run")
 
 
 def test_the_requester_may_deny_and_an_agent_may_allow_self_approval(

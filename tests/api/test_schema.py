@@ -27,8 +27,10 @@ UPGRADE = "airlock db upgrade"
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database without a table."""
+    """A database without a table (on SQLite, an empty file: one that is not there is
+    another case, ``tests/api/test_probes.py``)."""
     if request.param == "sqlite":
+        (tmp_path / "empty.db").touch()
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
     request.getfixturevalue("postgres_template")  # skips where there is no PostgreSQL

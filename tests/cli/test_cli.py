@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def airlock(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> Any:
     return subprocess.run(
-        [sys.executable, "-m", "workers", *args],
+        [sys.executable, "-m", "airlock.workers", *args],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -158,13 +159,13 @@ def test_stats_says_when_the_sweeper_ran(
     assert "sweeper: last ran" in airlock("stats", env=cli_env, cwd=tmp_path).stdout
 
 
-@pytest.mark.parametrize("command", [["workers"], ["celery", "-A", "workers"]])
+@pytest.mark.parametrize("command", [["airlock.workers"], ["celery", "-A", "airlock.workers"]])
 def test_beat_starts_in_a_folder_without_its_home(
     cli_env: dict[str, str], tmp_path: Path, command: list[str]
 ) -> None:
     """Issue 27, defect 1: beat exited at start where .airlock/ did not exist (as in
     the image); it makes the folder of its schedule file and saves it there. So does
-    `celery -A workers beat`, whose banner opens the schedule before beat_init is sent."""
+    `celery -A airlock.workers beat`, whose banner opens the schedule before beat_init is sent."""
     env = {k: v for k, v in cli_env.items() if k != "AIRLOCK_HOME"}
     folder = tmp_path / "empty"
     folder.mkdir()
@@ -324,7 +325,7 @@ def test_runs_events_follow_prints_each_event_once_until_the_run_ends(
     run_id = waiting(service)
     so_far = len(service.events(run_id))
     follow = subprocess.Popen(
-        [sys.executable, "-m", "workers", "runs", "events", run_id, "--follow", "--json"],
+        [sys.executable, "-m", "airlock.workers", "runs", "events", run_id, "--follow", "--json"],
         env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -408,3 +409,30 @@ def test_run_with_the_broker_out_of_reach_says_so_in_one_line(
     assert "Traceback" not in result.stderr
     assert "could not publish the run's wake-up" in result.stderr
     assert "sweeper re-sends it" in result.stderr
+
+
+def test_health_on_a_database_file_not_there_names_it_and_makes_none(tmp_path: Path) -> None:
+    """Issue 42, item 6: probes look and never write. Said in one line naming the file
+    (the operator's own command), exit 1, and nothing made."""
+    env = clean_env(AIRLOCK_HOME=str(tmp_path / "home"))
+    folder = tmp_path / "data"
+    folder.mkdir()
+    beat = airlock("health", "beat", env=env, cwd=folder)
+    assert beat.returncode == 1, beat.stdout + beat.stderr
+    assert beat.stdout == (
+        f"beat: the database file {folder / 'airlock.db'} does not exist: "
+        "run `airlock db upgrade`\n"
+    )
+    assert list(folder.iterdir()) == [], "a probe made the database"
+
+
+def test_health_on_a_database_nobody_has_open_adds_no_wal_to_it(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    file = tmp_path / "airlock.db"
+    shutil.copyfile(sqlite_template, file)
+    env = clean_env(AIRLOCK_DATABASE_URL=f"sqlite:///{file}", AIRLOCK_HOME=str(tmp_path / "h"))
+    beat = airlock("health", "beat", env=env, cwd=tmp_path)
+    assert beat.returncode == 1, beat.stdout + beat.stderr  # no beat ever ran
+    assert beat.stdout.startswith("beat: the sweeper never ran")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["airlock.db"]

@@ -45,6 +45,28 @@ def test_check_names_the_line_of_an_error(tmp_path: Path) -> None:
     assert f'{bad}: line 5: rule "x": a deny needs a reason' in result.stderr
 
 
+def test_check_names_the_line_of_a_regex_re2_cannot_run(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[rules]]\nname = "corp"\ntool = "send_email"\nverdict = "allow"\n'
+        'when = [{ path = "to", op = "regex", value = \'@corp(?=\\.com$)\' }]\n'
+    )
+    result = airlock("policy", "check", "--policy", str(bad), env=clean_env(), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{bad}: line 5: to regex: lookaround is not supported" in result.stderr
+
+
+def test_check_warns_of_a_prefix_whose_meaning_could_surprise(tmp_path: Path) -> None:
+    path = tmp_path / "prefix.toml"
+    path.write_text(
+        '[[rules]]\nname = "data"\ntool = "write_file"\nverdict = "allow"\n'
+        'when = [{ path = "path", op = "prefix", value = "/srv/data" }]\n'
+    )
+    result = airlock("policy", "check", str(path), env=clean_env(), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "line 1: rule \"data\" at path: prefix '/srv/data' also matches" in result.stdout
+
+
 def test_check_warns_of_a_shadowed_rule(tmp_path: Path) -> None:
     shadowed = tmp_path / "shadowed.toml"
     shadowed.write_text(
@@ -91,3 +113,14 @@ def test_explain_says_which_rule_decided_and_why_the_earlier_did_not(
     assert any('matched ask   "refund-over-100-needs-two-leads"' in line for line in lines)
     unknown = airlock("policy", "explain", run.id, "call_9", env=env, cwd=tmp_path)
     assert unknown.returncode == 4 and "made no call 'call_9'" in unknown.stderr
+    del env["AIRLOCK_POLICY"]  # the file named instead
+    named = airlock("policy", "explain", run.id, "--policy", str(EXAMPLE), env=env, cwd=tmp_path)
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert 'recorded: rule "refund-over-100-needs-two-leads" (this file)' in named.stdout
+    positional = airlock("policy", "explain", run.id, str(EXAMPLE), env=env, cwd=tmp_path)
+    assert positional.returncode == 2
+    assert f"{EXAMPLE} is a file, not a call id: name the policy file with --policy" in (
+        positional.stderr
+    )
+    none = airlock("policy", "explain", run.id, env=env, cwd=tmp_path)
+    assert none.returncode == 2 and "name one (--policy FILE), or set AIRLOCK_POLICY" in none.stderr

@@ -134,6 +134,7 @@ def vote(repo: RunStore, run_id: str, digest: str, principal: str, quorum: int) 
         APPROVE,
         effect={"call-1": {"approve": {}}},
         principal=principal,
+        identity=f"test:{principal}",
         auth={"method": "test"},
         quorum=quorum,
         audit=audit,

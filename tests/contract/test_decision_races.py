@@ -245,7 +245,8 @@ def test_a_decision_for_a_turn_that_is_not_waiting_yet_is_refused_and_stores_not
         return read
 
     service.store.runs.get = suspended_after_the_read  # type: ignore[method-assign]
-    with pytest.raises(ConflictError, match="changed meanwhile"):
+    # authorised before any answer, on the turn its digest names: she may not decide it
+    with pytest.raises(ForbiddenError, match="requested this run"):
         service.record_decision(run.id, approve(digest), MALLORY)
     service.store.runs.get = get  # type: ignore[method-assign]
     waiting = service.store.runs.require(run.id)

@@ -609,8 +609,14 @@ def test_start_call_under_a_lease_it_does_not_hold_records_nothing(engine: Engin
         run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner"
     )
     assert fresh and entry.status is CallStatus.STARTED
-    # the same call again, under the lease: the ledger answers with what it holds
+    # the same start again by its segment (its first answer was lost): still its own to run
     again, fresh = repo.ledger.start_call(
         run.id, "c1", "send_email", "write", {"to": "x"}, owner="owner"
     )
-    assert not fresh and again.status is CallStatus.STARTED
+    assert fresh and again.status is CallStatus.STARTED and again.started_by == "owner"
+    # a segment that took the run over finds it in the ledger: what it holds, in doubt
+    assert repo.transitions.claim(run.id, "next", timedelta(seconds=60), take_over="owner")
+    held, fresh = repo.ledger.start_call(
+        run.id, "c1", "send_email", "write", {"to": "x"}, owner="next"
+    )
+    assert not fresh and held.status is CallStatus.STARTED and held.started_by == "owner"

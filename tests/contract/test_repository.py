@@ -23,6 +23,7 @@ from airlock.persistence.store import (
     LeaseLostError,
     Prior,
     Receipt,
+    RetryPolicy,
     RunStore,
     UnknownRunError,
 )
@@ -653,10 +654,11 @@ def test_a_call_in_the_ledger_already_still_gets_the_events_before_it(repo: RunS
     run, _ = repo.runs.create("mailer", "x")
     assert repo.transitions.claim(run.id, "w1", LEASE) is not None
     first, _ = repo.ledger.start_call(run.id, "c1", "send_email", "write", {"to": "a"}, owner="w1")
+    assert repo.transitions.claim(run.id, "w2", LEASE, take_over="w1") is not None
     entry, fresh = repo.ledger.start_call(
-        run.id, "c1", "send_email", "write", {"to": "b"}, owner="w1", prior=Prior([("llm", {})])
+        run.id, "c1", "send_email", "write", {"to": "b"}, owner="w2", prior=Prior([("llm", {})])
     )
-    assert not fresh and entry == first
+    assert not fresh and entry == first and entry.started_by == "w1"
     assert [e.kind for e in repo.events.read(run.id)] == ["llm"]
     assert len(repo.ledger.entries(run.id)) == 1
 
@@ -699,10 +701,15 @@ def test_a_held_connection_is_reused_and_replaced_when_it_fails(pg_repo: RunStor
     with engine.connect() as admin:  # the server drops it, as a restart would
         admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
         admin.commit()
-    with pytest.raises(OperationalError):
-        repo.runs.get(run.id)
-    assert repo.runs.get(run.id) is not None  # the next statement has a fresh connection
+    # the read fails on the dead connection and is retried on a fresh one
+    assert repo.runs.get(run.id) is not None
     assert backend() != first
+    with engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": backend()})
+        admin.commit()
+    with pytest.raises(OperationalError):  # not a unit the store retries: it fails once
+        backend()
+    assert backend() != first  # and the next statement has a fresh connection
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "pooled"])
@@ -713,8 +720,9 @@ def test_a_claim_sent_through_the_driver_fails_as_sqlalchemy_and_drops_its_conne
     connection (a restart), it must still raise SQLAlchemy's OperationalError (the
     worker retries on it) once, and then claim on a fresh connection: neither the one
     it held nor the others idle in the pool are used again, as SQLAlchemy would have
-    it."""
-    repo, engine = pg_repo, pg_repo.engine
+    it. (Here the store does not retry it: ``RetryPolicy(seconds=0)``.)"""
+    engine = pg_repo.engine
+    repo = RunStore(engine, retry=RetryPolicy(seconds=0))
     if held:
         repo.hold_connections()
     first, second = repo.runs.create("mailer", "x")[0], repo.runs.create("mailer", "y")[0]

@@ -8,11 +8,22 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from pydantic import JsonValue
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from airlock.persistence.db import make_engine
 from airlock.persistence.store import RunStore
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.sessions import (
+    PER_ADDRESS,
+    Credentials,
+    Proved,
+    Sessions,
+    SignInFailedError,
+    ThrottledError,
+    source_of,
+)
 from tests.conftest import FakeClock
 
 WINDOW = timedelta(minutes=5)
@@ -94,3 +105,104 @@ def test_concurrent_attempts_of_two_processes_take_at_most_the_limit(
     finally:
         for e in engines:
             e.dispose()
+
+
+# -- sign-ins through the service (issue 42, item 5) --------------------------------------
+
+
+def wrong() -> Proved:
+    raise SignInFailedError("the token proves no one")
+
+
+def right() -> Proved:
+    return Principal(id="ann", method="inbox", every_role=True), None
+
+
+WRONG = Credentials(signed=None, secret=wrong)
+RIGHT = Credentials(signed=None, secret=right)
+
+
+def outcome(sessions: Sessions, client: str, name: str, credentials: Credentials) -> str:
+    try:
+        sessions.sign_in(client, name, credentials)
+    except ThrottledError:
+        return "throttled"
+    except SignInFailedError:
+        return "failed"
+    return "signed in"
+
+
+def test_concurrent_failures_of_two_processes_count_up_to_the_allowance(
+    db_url: str, clock: FakeClock
+) -> None:
+    """The check and the count are one guarded upsert: however the sign-ins of two
+    processes interleave, an address fails ``PER_ADDRESS`` times in a window, and the
+    rest are refused before their secret is checked."""
+    engines = [make_engine(db_url) for _ in range(2)]
+    sessions = [Sessions(RunStore(e, clock=clock), None) for e in engines]
+    start = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def attempt(i: int) -> None:
+        start.wait()
+        for j in range(4):
+            outcomes.append(outcome(sessions[i % 2], "10.1.0.1", f"name-{i}-{j}", WRONG))
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert outcomes.count("failed") == PER_ADDRESS and len(outcomes) == 32
+        assert outcomes.count("throttled") == 32 - PER_ADDRESS
+        assert outcome(sessions[0], "10.1.0.2", "ann", RIGHT) == "signed in"
+    finally:
+        for e in engines:
+            e.dispose()
+
+
+def test_the_counts_of_ended_windows_go_at_the_next_sign_in(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """The table holds the windows that run, no more: a guesser that changes address
+    and name leaves rows that the next sign-in after their window deletes."""
+    sessions = Sessions(RunStore(engine, clock=clock), None)
+    for i in range(40):
+        assert outcome(sessions, f"10.2.0.{i}", f"name-{i}", WRONG) == "failed"
+    assert rows(engine) == 80  # an address's and an address-and-name's each
+    clock.advance(seconds=WINDOW.total_seconds())
+    assert outcome(sessions, "10.2.1.1", "ann", RIGHT) == "signed in"
+    assert rows(engine) == 2
+
+
+def rows(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.scalar(text("SELECT count(*) FROM sign_in_failures")) or 0)
+
+
+def test_an_ipv6_client_counts_by_its_64(engine: Engine, clock: FakeClock) -> None:
+    """One host (or one customer of a provider) holds a /64: changing the address within
+    it is the same source."""
+    sessions = Sessions(RunStore(engine, clock=clock), None)
+    for i in range(PER_ADDRESS):
+        assert outcome(sessions, f"2001:db8:1:2::{i + 1:x}", f"n{i}", WRONG) == "failed"
+    assert outcome(sessions, "2001:db8:1:2:ffff::9", "ann", RIGHT) == "throttled"
+    assert outcome(sessions, "2001:db8:1:3::1", "ann", RIGHT) == "signed in"
+    assert source_of("::ffff:10.3.0.1") == source_of("10.3.0.1") == "10.3.0.1"
+    assert source_of("2001:db8:1:2:a:b:c:d") == "2001:db8:1:2::/64"
+    assert source_of("testclient") == "testclient"
+
+
+def test_a_check_that_is_no_ones_failure_is_not_counted(engine: Engine, clock: FakeClock) -> None:
+    """An issuer whose keys cannot be fetched, a name that is not one: the error goes
+    to the door, and the address keeps its allowance."""
+    sessions = Sessions(RunStore(engine, clock=clock), None)
+
+    def unavailable() -> Proved:
+        raise RuntimeError("the issuer's keys cannot be fetched")
+
+    for _ in range(PER_ADDRESS + 1):
+        with pytest.raises(RuntimeError):
+            sessions.sign_in("10.4.0.1", "ann", Credentials(signed=None, secret=unavailable))
+    assert outcome(sessions, "10.4.0.1", "ann", RIGHT) == "signed in"

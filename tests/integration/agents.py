@@ -262,6 +262,18 @@ AGENTS = [
     Agent(name="refund_large", model=RefundModel(25_000), tools=[refund]),
     Agent(name="refund_huge", model=RefundModel(600_000), tools=[refund]),
     Agent(name="refund_asked", model=AskedRefundModel(), tools=[refund]),
+    # an address a model wrote, against a pattern that backtracks without end on
+    # Python's re (43 characters): judged on RE2, it asks; the other one matches
+    Agent(
+        name="corp_note_hostile",
+        model=ScriptedModel(one_call("send_note", to="a" * 42 + "!", amount=1, body="hi")),
+        tools=[send_note],
+    ),
+    Agent(
+        name="corp_note",
+        model=ScriptedModel(one_call("send_note", to="pat.lee@corp.com", amount=1, body="hi")),
+        tools=[send_note],
+    ),
     _agent(
         "expires_cancel", w1(), approval_ttl=timedelta(seconds=1), on_expiry=ExpiryAction.CANCEL
     ),

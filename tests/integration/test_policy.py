@@ -1,16 +1,20 @@
 """The policy file end to end: examples/policy.toml over a real worker on Redis and
 PostgreSQL. A small refund runs straight through, a large one waits for two support
 leads, a huge one is refused with the reason fed to the model; reloading the file never
-changes the verdict of a turn already waiting."""
+changes the verdict of a turn already waiting. A pattern that backtracks without end on
+Python's re is judged on RE2 by ``airlock worker``'s gevent pool, whose log names the
+file it loaded."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airlock.loop.policy import NO_RULE
 from airlock.persistence.domain import RunStatus
 from airlock.workers.service import ForbiddenError
 from airlock.workers.service.decisions import DecisionBody
@@ -115,3 +119,37 @@ def test_a_large_refund_waits_for_two_support_leads_and_a_reload_changes_nothing
     deployment.wait_status(again, RunStatus.COMPLETED)
     decisions = [e.payload for e in deployment.service.events(again) if e.kind == "decision"]
     assert [d["rule"] for d in decisions] == ["all-refunds-run"]
+
+
+CORP = """\
+[[rules]]
+name = "corp-notes-run"
+tool = "send_note"
+verdict = "allow"
+when = [{ path = "to", op = "regex", value = '^([a-zA-Z0-9._-]+)*@corp\\.com$' }]
+"""
+
+
+def test_a_backtracking_pattern_is_judged_on_re2_and_the_worker_names_its_file(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "corp.toml"
+    path.write_text(CORP)
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_POLICY=str(path),
+    )
+    worker = stack.worker(airlock=True)  # -P gevent -c 200: one stuck call stops them all
+    sha256 = hashlib.sha256(CORP.encode()).hexdigest()
+    assert f"AIRLOCK_POLICY: {path.resolve()} loaded, sha256 {sha256}" in worker.output()
+    hostile, _ = stack.service.start_run("corp_note_hostile", "write to corp")
+    plain, _ = stack.service.start_run("corp_note", "write to corp")
+    stack.wait_status(hostile.id, RunStatus.WAITING_FOR_APPROVAL)
+    assert stack.wait_status(plain.id, RunStatus.COMPLETED).output == "done"
+    view: Any = run_view(stack.service, stack.run(hostile.id))
+    (call,) = view["pending"]["calls"]
+    assert call["arguments"]["to"] == "a" * 42 + "!"
+    assert call["policy"]["rule"] == NO_RULE
+    decisions = [e.payload for e in stack.service.events(plain.id) if e.kind == "decision"]
+    assert [d["rule"] for d in decisions] == ["corp-notes-run"]

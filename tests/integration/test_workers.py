@@ -115,7 +115,7 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
 
 
 POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
+"""Under ``celery -A airlock.workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
 ``-P gevent -c 200``)."""
 
 
@@ -306,7 +306,7 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     stack = embedded_stack
     prefork = stack.worker()
     argv = [
-        sys.executable, "-m", "workers", "worker", "-P", "threads", "-c", "2",
+        sys.executable, "-m", "airlock.workers", "worker", "-P", "threads", "-c", "2",
         "-n", "threads@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     threads = Process("threads", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "t.log")

@@ -85,6 +85,7 @@ def test_a_failed_fetch_starts_the_cooldown_too(
     assert issuer.fetches == 1
     issuer.release()
     clock.now += issuer_keys.COOLDOWN
+    keys._timeout = 30.0  # the issuer answers now: however loaded the machine, in time
     assert keys.key(issuer.kid).key_id == issuer.kid
     assert issuer.fetches == 2
 
@@ -119,6 +120,72 @@ def test_an_old_key_set_is_fetched_again_and_used_while_it_is(
     assert issuer.fetches == 2 and not refresh.done()
     issuer.release()
     assert refresh.result(GUARD).key_id == issuer.kid
+
+
+def test_a_key_the_issuer_dropped_is_refused_from_the_next_refresh(issuer: Issuer) -> None:
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    assert keys.key(issuer.ec_kid).key_id == issuer.ec_kid
+    issuer.dropped.add(issuer.ec_kid)
+    clock.now += issuer_keys.LIFESPAN
+    with pytest.raises(UnknownKeyError, match=issuer.ec_kid):
+        keys.key(issuer.ec_kid)
+    assert keys.key(issuer.kid).key_id == issuer.kid and issuer.fetches == 2
+
+
+def test_a_token_naming_a_new_key_refreshes_and_drops_the_old_at_once(issuer: Issuer) -> None:
+    """A key rotated out before ``LIFESPAN``: the first token of the new key fetches
+    (after the cooldown), and the set it brings no longer holds the old one."""
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    keys.key(issuer.kid)
+    issuer.dropped.add(issuer.kid)
+    clock.now += issuer_keys.COOLDOWN
+    assert keys.key(issuer.ec_kid).key_id == issuer.ec_kid  # known: no fetch yet
+    with pytest.raises(UnknownKeyError):
+        keys.key("rotated-in")  # unknown: fetches
+    assert issuer.fetches == 2
+    with pytest.raises(UnknownKeyError, match=issuer.kid):
+        keys.key(issuer.kid)
+
+
+@pytest.mark.parametrize("left", ["no key", "only keys of an unknown kind"])
+def test_an_issuer_that_lists_no_usable_key_any_more_leaves_none_trusted(
+    issuer: Issuer, left: str
+) -> None:
+    """Found in issue 42: a JWK set PyJWT could use no key of (an empty one included)
+    was taken for a failed fetch, and every key of the set before kept verifying."""
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    keys.key(issuer.kid)
+    issuer.dropped |= {issuer.kid, issuer.ec_kid}
+    if left != "no key":
+        issuer.unusable.append({"kty": "made-up", "kid": "odd-1", "use": "sig"})
+    clock.now += issuer_keys.LIFESPAN
+    for kid in (issuer.kid, issuer.ec_kid, "odd-1"):
+        with pytest.raises(UnknownKeyError):
+            keys.key(kid)
+    assert issuer.fetches == 2
+
+
+def test_an_answer_that_is_no_key_set_keeps_the_keys_until_a_fetch_works(
+    issuer: Issuer,
+) -> None:
+    """Not an answer about the keys (no ``keys`` list): a failed fetch, as before."""
+    clock = Clock()
+    keys = IssuerKeys(issuer.url, None, clock=clock)
+    keys.key(issuer.kid)
+    serve = issuer.jwks
+    issuer.jwks = lambda: {"error": "maintenance"}  # type: ignore[method-assign]
+    clock.now += issuer_keys.LIFESPAN
+    assert keys.key(issuer.kid).key_id == issuer.kid
+    with pytest.raises(KeysUnavailableError, match="no 'keys' list"):
+        keys.key("made-up")
+    issuer.jwks = serve  # type: ignore[method-assign]
+    issuer.dropped.add(issuer.kid)
+    clock.now += issuer_keys.COOLDOWN
+    with pytest.raises(UnknownKeyError):
+        keys.key(issuer.kid)
 
 
 def test_lookups_before_the_first_keys_fetch_them_once(

@@ -21,6 +21,7 @@ from airlock.loop.policy import (
     run_cases,
     strictest,
 )
+from airlock.workers.service.policy_regex import compile_re2
 
 REFUNDS = """\
 version = 1
@@ -147,7 +148,7 @@ name = "r"
 verdict = "allow"
 when = [{{ path = "x.y[0]", op = "{op}", value = {json.dumps(value)} }}]
 """
-    got = judge(parse_policy(text), CallFacts("a", "t", {"x": {"y": [argument]}}))
+    got = judge(parse_policy(text, compile_re2), CallFacts("a", "t", {"x": {"y": [argument]}}))
     assert got.verdict == ("allow" if holds else "ask")
 
 
@@ -251,7 +252,7 @@ ALLOW = 'verdict = "allow"\n'
 )  # fmt: skip
 def test_a_malformed_file_names_the_line_and_the_reason(text: str, line: int, reason: str) -> None:
     with pytest.raises(PolicyError) as info:
-        parse_policy(text)
+        parse_policy(text, compile_re2)
     assert info.value.line == line
     assert reason in info.value.reason
     assert str(info.value).startswith(f"line {line}: ")

@@ -98,3 +98,73 @@ def test_a_new_file_of_the_same_size_and_mtime_is_reloaded(tmp_path: Path, how: 
         staged.replace(path)
     now, _ = holder.current()
     assert now is not None and now.rules[0].approvers == ("leads",)
+
+
+def test_the_log_names_each_file_loaded_by_its_absolute_path_and_sha256(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path / "policy.toml", ASK, 1)
+    write(tmp_path / "shadow.toml", ALLOW, 1)
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="airlock"):
+        holder = PolicyHolder.load(Path("policy.toml"), Path("shadow.toml"))
+    enforced, shadow = holder.current()
+    assert enforced is not None and shadow is not None
+    loaded = [r for r in caplog.records if getattr(r, "action", None) == "policy.loaded"]
+    folder = tmp_path.resolve()
+    assert [r.getMessage() for r in loaded] == [
+        f"AIRLOCK_POLICY: {folder / 'policy.toml'} loaded, sha256 {enforced.sha256}",
+        f"AIRLOCK_POLICY_SHADOW: {folder / 'shadow.toml'} loaded, sha256 {shadow.sha256}",
+    ]
+    assert [getattr(r, "path", None) for r in loaded] == [
+        str(folder / "policy.toml"),
+        str(folder / "shadow.toml"),
+    ]
+
+
+DENY_WIPE = '\n[[rules]]\nname = "no-wipe"\ntool = "wipe"\nverdict = "deny"\nreason = "no"\n'
+
+
+def test_a_file_changed_while_it_is_read_keeps_the_running_policy_until_it_is_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer mid-write: the first half of the new file (itself valid TOML, which lets
+    everything run) is never taken for the policy."""
+    path = tmp_path / "policy.toml"
+    write(path, ASK, 1)
+    holder = PolicyHolder.load(path)
+    running, _ = holder.current()
+    write(path, ALLOW, 2)  # the writer's first write
+
+    def while_the_writer_goes_on(read: Path) -> bytes:
+        first = read.read_bytes()
+        write(read, ALLOW + DENY_WIPE, 3)
+        return first
+
+    assert holder.enforced is not None
+    holder.enforced.read = while_the_writer_goes_on
+    with caplog.at_level(logging.INFO, logger="airlock"):
+        assert holder.current()[0] == running
+    assert caplog.records == []  # not refused: read again at the next check
+    holder.enforced.read = Path.read_bytes
+    whole, _ = holder.current()
+    assert whole is not None and [r.name for r in whole.rules] == ["allows-everything", "no-wipe"]
+
+
+def test_a_half_written_file_is_refused_once_and_read_again_when_it_is_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.toml"
+    write(path, ASK, 1)
+    holder = PolicyHolder.load(path)
+    running, _ = holder.current()
+    whole = ALLOW + DENY_WIPE
+    write(path, whole[: whole.index("wipe")], 2)  # the writer stopped mid-string
+    with caplog.at_level(logging.ERROR, logger="airlock"):
+        assert holder.current()[0] == running
+        assert holder.current()[0] == running
+    refused = [r for r in caplog.records if getattr(r, "action", None) == "policy.reload_refused"]
+    assert len(refused) == 1 and "the running policy stays" in refused[0].getMessage()
+    write(path, whole, 3)
+    now, _ = holder.current()
+    assert now is not None and [r.name for r in now.rules] == ["allows-everything", "no-wipe"]

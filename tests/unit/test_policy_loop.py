@@ -21,6 +21,7 @@ from airlock.loop import (
 from airlock.loop.agent import ApprovalPolicy
 from airlock.loop.events import DecisionApplied, PolicyShadowed, Suspended
 from airlock.loop.policy import RunPolicy, parse_policy
+from airlock.workers.service.policy_regex import compile_re2
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 POLICY = """
@@ -63,7 +64,10 @@ def run(
 ) -> tuple[object, EventLog]:
     log = EventLog()
     policy = RunPolicy(
-        parse_policy(POLICY), parse_policy(shadow) if shadow else None, requester, {}
+        parse_policy(POLICY, compile_re2),
+        parse_policy(shadow, compile_re2) if shadow else None,
+        requester,
+        {},
     )
     loop = ToolLoop(events=log, policy=policy)
     try:
@@ -79,7 +83,7 @@ def test_an_allowed_call_runs_and_its_decision_names_the_rule() -> None:
     assert [c[0] for c in rec.calls] == ["upsert"]
     decision = next(e for e in log.events if isinstance(e, DecisionApplied))
     assert (decision.source, decision.rule) == ("policy", "upserts-run")
-    assert decision.policy_sha256 == parse_policy(POLICY).sha256
+    assert decision.policy_sha256 == parse_policy(POLICY, compile_re2).sha256
 
 
 def test_a_denied_call_feeds_the_reason_to_the_model() -> None:

@@ -4,8 +4,6 @@ a deny covers is never allowed nor merely judged by an allow."""
 
 from __future__ import annotations
 
-import re
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
@@ -13,6 +11,7 @@ from pydantic import JsonValue
 from airlock.loop.policy import CallFacts, Policy, Predicate, Rule, judge
 from airlock.loop.policy.evaluate import skipped
 from airlock.loop.policy.verdicts import Verdict
+from airlock.workers.service.policy_regex import compile_re2
 
 PATHS = ["a", "b"]
 VALUES: st.SearchStrategy[JsonValue] = st.one_of(
@@ -37,7 +36,7 @@ def predicates(draw: st.DrawFn) -> Predicate:
         value = draw(st.sampled_from(["x", "1", "^y", ""]))
     else:
         value = draw(VALUES)
-    pattern = re.compile(value) if op == "regex" and isinstance(value, str) else None
+    pattern = compile_re2(value) if op == "regex" and isinstance(value, str) else None
     return Predicate(path, (path,), op, value, pattern)  # type: ignore[arg-type]
 
 

@@ -1,5 +1,6 @@
 """Who may decide what, as pure code: the tools' and agents' approval rules, the
-principals' roles, self-approval and quorum (``airlock.workers.service.principals``), and the settings
+principals' roles, self-approval and quorum (``airlock.workers.service.principals``), and the
+settings
 that configure principals."""
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from airlock.loop import (
     tool,
 )
 from airlock.persistence.db import ConfigurationError
-from airlock.workers.service.principals import AIRLOCK, ForbiddenError, Principal, authorise
+from airlock.workers.service.principals import (
+    AIRLOCK,
+    NOBODY,
+    ForbiddenError,
+    Principal,
+    Requester,
+    authorise,
+)
 from airlock.workers.service.settings import Settings, check_secrets, load_settings
 
 
@@ -101,12 +109,12 @@ def test_a_principal_needs_a_role_of_every_call_it_decides() -> None:
     with pytest.raises(
         ForbiddenError, match=r"sam holds none .* calls call_0_0 \(pay: payments\); call_0_1"
     ):
-        authorise(token("sam", "support"), a, state, Approve(), requested_by=None)
+        authorise(token("sam", "support"), a, state, Approve(), requester=NOBODY)
     # a deny needs the roles too
     with pytest.raises(ForbiddenError):
-        authorise(token("sam", "payments"), a, state, Deny("no"), requested_by=None)
+        authorise(token("sam", "payments"), a, state, Deny("no"), requester=NOBODY)
     both = token("fay", "payments", "finance")
-    authority = authorise(both, a, state, Approve(), requested_by=None)
+    authority = authorise(both, a, state, Approve(), requester=NOBODY)
     assert authority.covered == ("call_0_0", "call_0_1", "call_0_2")  # not the read
     assert authority.roles == ["finance", "payments"]
     assert authority.approves and authority.quorum == 2
@@ -124,16 +132,16 @@ def test_per_call_decisions_cover_only_what_they_name_and_a_deny_needs_no_quorum
         "call_0_2": Deny("no"),
     }
     with pytest.raises(ForbiddenError, match="call_0_1"):
-        authorise(payments, a, state, only_pay, requested_by=None)
+        authorise(payments, a, state, only_pay, requester=NOBODY)
     everyone = token("root", "payments", "treasury")
-    denied = authorise(everyone, a, state, Deny("no"), requested_by=None)
+    denied = authorise(everyone, a, state, Deny("no"), requester=NOBODY)
     assert not denied.approves and denied.quorum == 1
     edit: dict[str, Approve | Deny | Edit] = {
         "call_0_0": Deny("no"),
         "call_0_1": Edit({"amount": 1}),
         "call_0_2": Deny("no"),
     }
-    edited = authorise(everyone, a, state, edit, requested_by=None)
+    edited = authorise(everyone, a, state, edit, requester=NOBODY)
     assert edited.approves and edited.quorum == 2
 
 
@@ -142,18 +150,20 @@ def test_the_requester_may_not_approve_unless_the_agent_allows_it() -> None:
     state = waiting(a)
     alice = token("alice", "payments", "treasury", "ops")
     with pytest.raises(ForbiddenError, match="alice requested this run"):
-        authorise(alice, a, state, Approve(), requested_by="alice")
-    assert not authorise(alice, a, state, Deny("no"), requested_by="alice").approves
-    assert authorise(alice, a, state, Approve(), requested_by="bob").approves
+        authorise(alice, a, state, Approve(), requester=Requester("alice"))
+    assert not authorise(alice, a, state, Deny("no"), requester=Requester("alice")).approves
+    assert authorise(alice, a, state, Approve(), requester=Requester("bob")).approves
     lenient = agent(approvers=["ops"], self_approval=True)
-    assert authorise(alice, lenient, waiting(lenient), Approve(), requested_by="alice").approves
+    assert authorise(
+        alice, lenient, waiting(lenient), Approve(), requester=Requester("alice")
+    ).approves
 
 
 def test_the_operator_holds_every_role_and_the_audit_says_how_each_was_verified() -> None:
     a = agent()
     state = waiting(a)
     operator = Principal.operator("ops-bob", os_user="bob")
-    assert authorise(operator, a, state, Approve(), requested_by=None).quorum == 2
+    assert authorise(operator, a, state, Approve(), requester=NOBODY).quorum == 2
     assert operator.auth([]) == {"method": "cli", "os_user": "bob", "roles": []}
     client = Principal.of_client("desk", frozenset({"payments"}), None)
     assert client.id == "client:desk" and not client.names_itself

@@ -63,7 +63,7 @@ def worker(ctx: typer.Context) -> None:
         fail(
             f"the {pool_of(arguments)} pool needs the standard library patched before "
             "Airlock is imported: start the worker as `airlock worker` or "
-            "`python -m workers worker`, not `python -m airlock.workers.cli.commands`",
+            "`python -m airlock.workers worker`, not `python -m airlock.workers.cli.commands`",
             2,
         )
     from airlock.workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
@@ -111,9 +111,11 @@ def health(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 5.0,
 ) -> None:
     """Whether this host's ROLE is healthy, for container healthchecks: exit 0 or 1 with
-    one line. worker: a node on this host answers a ping over the broker. beat: the
-    sweeper ran recently (or beat saved its schedule recently). api: GET /readyz on
-    127.0.0.1:AIRLOCK_API_PORT answers 200."""
+    one line. worker: a node on this host answers a ping over the broker, and the
+    database is ready. beat: the database is ready and the sweeper ran recently (or beat
+    saved its schedule recently). api: GET /readyz on 127.0.0.1:AIRLOCK_API_PORT answers
+    200. The database is only read (an SQLite file is opened read-only, and one that is
+    not there is not made)."""
     checks = {"worker": _worker_health, "beat": _beat_health, "api": _api_health}
     if role not in checks:
         one_line(f"health: no role {role!r} (worker, beat or api)", 2)
@@ -131,11 +133,21 @@ def _worker_health(timeout: float) -> tuple[bool, str]:
     nodes = nodes_of_this_host(timeout)
     if not nodes:
         return False, f"no worker on {socket.gethostname()} answered a ping in {timeout:g} s"
-    return True, f"{', '.join(nodes)} answered"
+    if (problem := _database_problem()) is not None:
+        return False, f"{', '.join(nodes)} answered, but {problem}"
+    return True, f"{', '.join(nodes)} answered, and the database is ready"
+
+
+def _database_problem() -> str | None:
+    """What is wrong with the database, in one line naming it (None: it is ready)."""
+    status = schema.check_url(settings().database_url)
+    return None if status.ready else status.problem
 
 
 def _beat_health(timeout: float) -> tuple[bool, str]:
     del timeout
+    if (problem := _database_problem()) is not None:
+        return False, problem
     sweeper = service().sweeper()
     if sweeper.state is SweeperState.OK:
         return True, f"the sweeper ran {sweeper.age_seconds:.0f} s ago"

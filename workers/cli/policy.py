@@ -8,10 +8,11 @@ from typing import Annotated
 
 import typer
 
-from airlock.loop.policy import Policy, PolicyError, lint, parse_policy, run_cases
+from airlock.loop.policy import Policy, PolicyError, lint, run_cases
 from airlock.workers.cli.app import app, require_run, service
 from airlock.workers.cli.output import console, fail
 from airlock.workers.service.policy_explain import Explanation, explain_run, schema_of
+from airlock.workers.service.policy_file import PolicyFileError, read_policy
 from airlock.workers.service.settings import settings
 
 policy_app = typer.Typer(help="The approval policy file (AIRLOCK_POLICY).", no_args_is_help=True)
@@ -20,27 +21,31 @@ app.add_typer(policy_app, name="policy")
 FileArgument = Annotated[
     Path | None, typer.Argument(help="The policy file (default: AIRLOCK_POLICY).")
 ]
+PolicyOption = Annotated[
+    Path | None, typer.Option("--policy", help="The policy file (default: AIRLOCK_POLICY).")
+]
 
 
 def _load(path: Path | None) -> tuple[Path, Policy]:
+    """The file named, else AIRLOCK_POLICY's (read as a worker reads it: regex
+    conditions on RE2)."""
     path = path or settings().policy
     if path is None:
-        fail("no policy file: name one, or set AIRLOCK_POLICY", 2)
+        fail("no policy file: name one (--policy FILE), or set AIRLOCK_POLICY", 2)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"{path}: cannot be read: {exc}", 2)
-    try:
-        return path, parse_policy(text)
-    except PolicyError as exc:
-        fail(f"{path}: {exc}", 2)
+        return path, read_policy(path)
+    except PolicyFileError as exc:
+        fail(str(exc), 2)
 
 
 @policy_app.command("check")
-def check(path: FileArgument = None) -> None:
-    """Parse the policy file: name the line of an error; warn of a rule shadowed by an
-    earlier one or one that can never match (exit 1 when there are warnings)."""
-    path, policy = _load(path)
+def check(path: FileArgument = None, policy_file: PolicyOption = None) -> None:
+    """Parse the policy file: name the line of an error (a regex RE2 cannot run among
+    them); warn of a rule shadowed by an earlier one, one that can never match, or a
+    prefix whose meaning could surprise (exit 1 when there are warnings)."""
+    if path is not None and policy_file is not None:
+        fail("name the policy file once: FILE or --policy FILE", 2)
+    path, policy = _load(path or policy_file)
     warnings = lint(policy)
     for warning in warnings:
         say(f"warning: {path}: {warning}")
@@ -53,9 +58,7 @@ def check(path: FileArgument = None) -> None:
 @policy_app.command("test")
 def test(
     fixtures: Annotated[Path, typer.Argument(help="A TOML file of [[cases]].")],
-    policy_file: Annotated[
-        Path | None, typer.Option("--policy", help="The policy file (default: AIRLOCK_POLICY).")
-    ] = None,
+    policy_file: PolicyOption = None,
 ) -> None:
     """Judge each case of FIXTURES and compare with its expected verdict; exit 1 on any
     mismatch (for CI)."""
@@ -83,12 +86,12 @@ def explain(
     call: Annotated[
         str | None, typer.Argument(help="One call id (default: every gated call).")
     ] = None,
-    policy_file: Annotated[
-        Path | None, typer.Option("--policy", help="The policy file (default: AIRLOCK_POLICY).")
-    ] = None,
+    policy_file: PolicyOption = None,
 ) -> None:
     """Which rule decides each gated call of RUN (or CALL), and why each rule tried
     before it did not match; with the verdict recorded when the call was judged."""
+    if policy_file is None and call is not None and Path(call).is_file():
+        fail(f"{call} is a file, not a call id: name the policy file with --policy {call}", 2)
     _, policy = _load(policy_file)
     run = require_run(run_id)
     svc = service()

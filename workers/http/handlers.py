@@ -80,8 +80,8 @@ class Handlers:
     def scope_of(self, caller: Principal | None) -> str:
         """The caller an idempotency key belongs to: a subject of its issuer, the API
         token's holder, or anyone on an open API."""
-        if caller is not None:
-            return f"{caller.method}:{caller.issuer}:{caller.id}"
+        if caller is not None:  # a token's subject: the run's requester is proven
+            return caller.key
         return "anonymous" if self.auth.open else "token"
 
     async def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:

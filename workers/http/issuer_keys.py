@@ -7,7 +7,11 @@ included, is cut off there).
 PyJWT's ``PyJWKClient`` fetches under the lock every lookup takes and starts its
 cooldown only after a fetch that worked: tokens with made-up key ids, sent while the
 issuer's keys endpoint hangs, held every request that verifies a token (issue 26). The
-keys are parsed and looked up with PyJWT's ``PyJWKSet`` and ``PyJWK``."""
+keys are parsed and looked up with PyJWT's ``PyJWKSet`` and ``PyJWK``.
+
+Each fetch that works replaces the keys: one the issuer dropped is refused from the
+fetch that finds it gone (at most ``LIFESPAN`` after the last, sooner when a token
+names a key not known), even when the issuer lists no key at all any more."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from collections.abc import Callable
 
 import httpx
 from jwt import PyJWK, PyJWKSet
-from jwt.exceptions import PyJWTError
+from jwt.exceptions import PyJWKSetError, PyJWTError
 
 from airlock.loop.errors import AirlockError
 from airlock.providers.http import client
@@ -125,12 +129,25 @@ class IssuerKeys:
             if not isinstance(found, str):
                 raise KeysUnavailableError(f"{where} names no jwks_uri")
             url = self._jwks_url = found
-        answer = _get(url, ends - time.monotonic())
-        try:
-            keys = PyJWKSet.from_dict(answer)
-        except PyJWTError as exc:
-            raise KeysUnavailableError(f"{url} holds no usable keys: {exc}") from exc
-        return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
+        return _signing_keys(url, _get(url, ends - time.monotonic()))
+
+
+def _signing_keys(url: str, answer: dict[str, object]) -> dict[str, PyJWK]:
+    """The signing keys (``use`` sig or unset) of a JWK set, by id. A set is the issuer's
+    whole word on its keys, an empty one too: a key it no longer lists is no longer
+    trusted. (``PyJWKSet`` refuses a set with no key it can use, and taking that as a
+    failed fetch kept every key of the set before verifying.) Raises
+    ``KeysUnavailableError`` for an answer that is no JWK set."""
+    listed = answer.get("keys")
+    if not isinstance(listed, list):
+        raise KeysUnavailableError(f"{url} holds no JWK set (no 'keys' list)")
+    try:
+        keys = PyJWKSet(listed).keys
+    except PyJWKSetError:  # none of them (if any) is a key PyJWT can use: none is trusted
+        keys = []
+    except PyJWTError as exc:
+        raise KeysUnavailableError(f"{url}: {exc}") from exc
+    return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
 
 
 def _get(url: str, seconds: float) -> dict[str, object]:

@@ -2,7 +2,8 @@
 purge) and what they stand on (the segments and their leases, the ledger, decisions,
 principals, the registry of agents, the settings, the broker wake-ups are published
 to, and ``wiring``, which builds the process's one ``Service``). It imports no door
-(``airlock.workers.http``, ``airlock.workers.tasks``, ``airlock.workers.cli``): import-linter holds it to that.
+(``airlock.workers.http``, ``airlock.workers.tasks``, ``airlock.workers.cli``): import-linter holds
+it to that.
 
 Its public names (the ``Service`` and what its use cases answer and raise) are
 re-exported here."""

@@ -25,7 +25,7 @@ from airlock.persistence.store import (
     RunStore,
     utcnow,
 )
-from airlock.workers.service.approving import Approvals
+from airlock.workers.service.approving import Approvals, Judged
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.grant_desk import GrantDesk
 from airlock.workers.service.keeper import Keeper
@@ -35,6 +35,7 @@ from airlock.workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
     Principal,
+    Requester,
     Standing,
     may_operate,
 )
@@ -191,6 +192,11 @@ class Service(Notifying):
             run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
         )
 
+    def judge_decision(self, run_id: str, body: DecisionBody, principal: Principal) -> Judged:
+        """Identify, authorise and check a decision, recording nothing: what a door shows
+        before it is sent (see ``Approvals.judge``)."""
+        return self._approvals.judge(run_id, body, principal)
+
     def withdraw_approval(
         self, run_id: str, turn_digest: str, principal: Principal, *, webhook_id: str | None = None
     ) -> DecisionResult:
@@ -223,9 +229,8 @@ class Service(Notifying):
         run = self.store.runs.require(run_id)
         # who requested a run never changes: what the read authorises is what the
         # guarded UPDATE applies to
-        standing = may_operate(
-            by, "cancel", requested_by=run.requested_by, roles=self.operator_roles
-        )
+        requester = Requester.of(run.requested_by, run.caller)
+        standing = may_operate(by, "cancel", requester=requester, roles=self.operator_roles)
         while run.status in ACTIVE:
             cancelled: Event = ("cancelled", _acting(by, standing) | {"was": run.status.value})
             if self.store.transitions.cancel(
@@ -244,9 +249,8 @@ class Service(Notifying):
         ``cancel``); the ledger keeps executed calls from running again. Raises
         ``UnknownRunError``, ``ForbiddenError``, ``ConflictError``."""
         run = self.store.runs.require(run_id)
-        standing = may_operate(
-            by, "retry", requested_by=run.requested_by, roles=self.operator_roles
-        )
+        requester = Requester.of(run.requested_by, run.caller)
+        standing = may_operate(by, "retry", requester=requester, roles=self.operator_roles)
         retried: Event = ("retry", _acting(by, standing) | {"previous_error": run.error})
         if not self.store.transitions.retry(run_id, events=[retried]):
             raise ConflictError(f"run is {run.status}; only failed runs can be retried")
@@ -343,6 +347,7 @@ def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
     return {
         "by": principal.id,
         "principal": principal.id,
+        "identity": principal.key,
         "auth": principal.auth(standing.roles),
         "authority": standing.ground,
     }

@@ -9,7 +9,7 @@ from typing import Literal
 from airlock.persistence.domain import GrantRecord
 from airlock.persistence.store import RunStore
 from airlock.workers.service.grants import UnknownGrantError, summary
-from airlock.workers.service.principals import ForbiddenError, Principal
+from airlock.workers.service.principals import ForbiddenError, Principal, identity_of
 from airlock.workers.service.results import ConflictError
 
 
@@ -44,7 +44,8 @@ class GrantDesk:
         ``UnknownGrantError``, ``ForbiddenError``, ``ConflictError`` (already revoked,
         or expired)."""
         grant = self.get(grant_id)
-        if not (by.every_role or by.id == grant.granted_by or by.roles & self.operator_roles):
+        grantor = identity_of(grant.auth, grant.granted_by)
+        if not (by.every_role or by.key == grantor or by.roles & self.operator_roles):
             raise ForbiddenError(
                 f"{by.id} may not revoke grant {grant.id}: only its grantor "
                 f"({grant.granted_by}), the operator or a holder of "
@@ -52,7 +53,7 @@ class GrantDesk:
             )
         # the audit names the grant as it was read (its summary never changes); its
         # run may be purged: then the grant's row alone keeps who revoked it
-        payload = {**summary(grant), "revoked_by": by.id, "auth": by.auth([])}
+        payload = {**summary(grant), "revoked_by": by.id, "identity": by.key, "auth": by.auth([])}
         result, found = self.store.grants.revoke(grant.id, by.id, event=("grant_revoked", payload))
         if found is None:
             raise UnknownGrantError(f"no grant has id {grant_id!r}")

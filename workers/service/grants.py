@@ -18,7 +18,14 @@ from airlock.loop.canonical import canonical_json, sha256_hex
 from airlock.persistence.domain import GrantRecord, Release, Run
 from airlock.persistence.store import RunStore, UnknownRunError
 from airlock.workers.service.decisions import GrantBody
-from airlock.workers.service.principals import Authority, Principal, approval_of
+from airlock.workers.service.principals import (
+    Authority,
+    Method,
+    Principal,
+    Requester,
+    approval_of,
+    refusal,
+)
 
 GRANT = "grant"
 """The ``source`` (and ``auth.method``) of a decision that grants made."""
@@ -38,6 +45,7 @@ def grantor_auth(principal: Principal) -> dict[str, JsonValue]:
     authorised by these, as the grantor's approval of the released call would be."""
     auth = principal.auth(sorted(principal.roles))
     auth["every_role"] = principal.every_role
+    auth["identity"] = principal.key
     return auth
 
 
@@ -111,20 +119,30 @@ def summary(grant: GrantRecord) -> dict[str, JsonValue]:
     }
 
 
-def _as_principal(grant: GrantRecord) -> Principal:
-    roles = grant.auth.get("roles")
+def grantor_of(grant: GrantRecord) -> Principal:
+    """The principal that gave ``grant``, as it was verified then: its name, identity and
+    every role it held."""
+    auth = grant.auth
+    roles = auth.get("roles")
+    client, issuer = auth.get("client"), auth.get("issuer")
+    method: Method = "api"
+    match auth.get("method"):
+        case "webhook" | "oidc" | "cli" | "inbox" as given:
+            method = given
     return Principal(
         id=grant.granted_by,
-        method="api",  # never shown: the release's audit names the grant
+        method=method,
         roles=frozenset(r for r in roles if isinstance(r, str))
         if isinstance(roles, list)
         else frozenset(),
-        every_role=grant.auth.get("every_role") is True,
+        every_role=auth.get("every_role") is True,
+        client=client if isinstance(client, str) else None,
+        issuer=issuer if isinstance(issuer, str) else None,
     )
 
 
 def _may_release(
-    grant: GrantRecord, agent: Agent, run_id: str, call: PendingCall, requested_by: str | None
+    grant: GrantRecord, agent: Agent, run_id: str, call: PendingCall, requester: Requester
 ) -> bool:
     """Whether ``grant`` covers ``call`` of the turn that asks: its tool, its exact
     arguments (``call``) or its run (``run``), and its grantor could approve the call
@@ -140,18 +158,17 @@ def _may_release(
         != call_key(agent.name, call.name, dict(call.arguments))
     ):
         return False
-    sets, needed = approval_of(agent, call)
-    grantor = _as_principal(grant)
-    if needed > 1 or not all(grantor.holds_any(roles) for roles in sets):
+    grantor = grantor_of(grant)
+    if approval_of(agent, call)[1] > 1 or refusal(grantor, agent, call) is not None:
         return False
-    return requested_by != grant.granted_by or agent.self_approval
+    return agent.self_approval or not requester.is_(grantor)
 
 
 def release_for(
     store: RunStore,
     agent: Agent,
     state: SuspendedRunState,
-    requester: Callable[[], str | None],
+    requester: Callable[[], Requester],
 ) -> Release | None:
     """The release of a turn that asks, when live grants cover every call that asks:
     the decision (an approval of the whole turn, made by the grants' grantors) and its
@@ -164,11 +181,11 @@ def release_for(
     grants = store.grants.matching(state.run_id, sorted({c.name for c in asking}), keys)
     if not grants:
         return None
-    requested_by = requester()
+    asked_by = requester()
     chosen: dict[str, GrantRecord] = {}
     for call in asking:
         grant = next(
-            (g for g in grants if _may_release(g, agent, state.run_id, call, requested_by)), None
+            (g for g in grants if _may_release(g, agent, state.run_id, call, asked_by)), None
         )
         if grant is None:
             return None

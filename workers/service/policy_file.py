@@ -1,13 +1,15 @@
 """The policy file (``AIRLOCK_POLICY``) and its shadow (``AIRLOCK_POLICY_SHADOW``): read
-at start (a bad file refuses to start), reloaded when it changes (a bad new file is
-refused and the running policy stays). A turn is judged once, at suspension, and its
-judgement stored with it: no reload changes a waiting turn's verdict."""
+at start (a bad file refuses to start; the log names the file and its sha256), reloaded
+when it changes (read once: one that changed while it was read is read again at the
+next check; a bad new file is refused and the running policy stays). Regex conditions
+run on RE2 (``policy_regex``). A turn is judged once, at suspension, and its judgement
+stored with it: no reload changes a waiting turn's verdict."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from pydantic import JsonValue
 
 from airlock.loop.errors import AirlockError
 from airlock.loop.policy import Policy, PolicyError, RunPolicy, parse_policy
+from airlock.workers.service.policy_regex import compile_re2
 
 log = logging.getLogger("airlock")
 
@@ -27,11 +30,21 @@ def read_policy(path: Path) -> Policy:
     """The policy ``path`` holds. Raises ``PolicyFileError`` naming the file, the line
     and the reason."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PolicyFileError(f"{path}: cannot be read: {exc}") from exc
+    return policy_of(path, data)
+
+
+def policy_of(path: Path, data: bytes) -> Policy:
+    """The policy ``data`` (read from ``path``) holds, its regex conditions on RE2.
+    Raises ``PolicyFileError`` naming the file, the line and the reason."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise PolicyFileError(f"{path}: cannot be read: {exc}") from exc
     try:
-        return parse_policy(text)
+        return parse_policy(text, compile_re2)
     except PolicyError as exc:
         raise PolicyFileError(f"{path}: {exc}") from exc
 
@@ -50,6 +63,19 @@ def _stamp(path: Path) -> Stamp | None:
     return found.st_mtime_ns, found.st_size, found.st_ino, found.st_dev, found.st_ctime_ns
 
 
+Read = Callable[[Path], bytes]
+
+
+def _read_whole(path: Path, stamp: Stamp, read: Read) -> bytes | None:
+    """The file's bytes, read once; None when its stamp changed while it was read, or it
+    vanished (a writer mid-write, or replacing it). Raises ``OSError``."""
+    try:
+        data = read(path)
+    except FileNotFoundError:
+        return None
+    return data if _stamp(path) == stamp else None
+
+
 @dataclass
 class _Watched:
     """One file, its policy as last read well, and the stat it was read at."""
@@ -60,23 +86,28 @@ class _Watched:
     stamp: Stamp | None = None
     refused: Stamp | None = None
     """The stat of a new version refused as malformed (not read again until it changes)."""
+    read: Read = field(default=Path.read_bytes, repr=False)
 
     def current(self) -> Policy:
         stamp = _stamp(self.path)
         if stamp is None or stamp in (self.stamp, self.refused):
             return self.policy
         try:
-            policy = read_policy(self.path)
-        except PolicyFileError as exc:
+            data = _read_whole(self.path, stamp, self.read)
+            if data is None:  # read again at the next check, once the writer is done
+                return self.policy
+            policy = policy_of(self.path, data)
+        except (OSError, PolicyFileError) as exc:
+            why = f"{self.path}: cannot be read: {exc}" if isinstance(exc, OSError) else exc
             self.refused = stamp
             log.error(
-                f"{self.variable}: the new file is refused, the running policy stays: {exc}",
+                f"{self.variable}: the new file is refused, the running policy stays: {why}",
                 extra={"action": "policy.reload_refused", "sha256": self.policy.sha256},
             )
             return self.policy
         if policy.sha256 != self.policy.sha256:
             log.info(
-                f"{self.variable}: reloaded {self.path}",
+                f"{self.variable}: reloaded {self.path.resolve()}, sha256 {policy.sha256}",
                 extra={"action": "policy.reloaded", "sha256": policy.sha256},
             )
         self.policy, self.stamp, self.refused = policy, stamp, None
@@ -117,9 +148,13 @@ class PolicyHolder:
 def _watch(variable: str, path: Path | None) -> _Watched | None:
     if path is None:
         return None
-    stamp = _stamp(path)
+    stamp = _stamp(path)  # before the read: a change while it is read is read again
     try:
         policy = read_policy(path)
     except PolicyFileError as exc:
         raise PolicyFileError(f"{variable}: {exc}") from exc
+    log.info(
+        f"{variable}: {path.resolve()} loaded, sha256 {policy.sha256}",
+        extra={"action": "policy.loaded", "path": str(path.resolve()), "sha256": policy.sha256},
+    )
     return _Watched(variable, path, policy, stamp)

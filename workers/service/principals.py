@@ -4,6 +4,7 @@ what it may decide (roles, separation of duties, quorum). Pure: no HTTP, no data
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -88,6 +89,22 @@ class Principal:
         return cls(id=name, method="api", every_role=True, names_itself=False)
 
     @property
+    def key(self) -> str:
+        """Who it is: its method, the authority that vouches for it and its subject
+        (``webhook:<client>:<approver>``, ``oidc:<issuer>:<sub>``, ``inbox:<name>``,
+        ``cli:<name>``, ``api:<name>``). Two principals are the same person only when
+        their keys are equal; ``id``, a name, is only shown."""
+        match self.method:
+            case "webhook":
+                return f"webhook:{self.client}:{self.id}"
+            case "oidc":
+                return f"oidc:{self.issuer}:{self.id}"
+            case "airlock":
+                return "airlock"
+            case _:
+                return f"{self.method}:{self.id}"
+
+    @property
     def source(self) -> str:
         """The ``source`` of its decision events, as before principals (``webhook``,
         ``cli``, ``expiry``, …)."""
@@ -126,6 +143,56 @@ AIRLOCK = Principal(id="airlock", method="airlock", every_role=True)
 """Airlock itself: the expiry's deny."""
 
 
+def identity_of(auth: Mapping[str, JsonValue], name: str) -> str:
+    """The key (``Principal.key``) of a principal an audit's ``auth`` describes under
+    ``name``: its ``identity``, or for a record made before identities were kept, the
+    key worked out of its method, client and issuer."""
+    identity = auth.get("identity")
+    if isinstance(identity, str):
+        return identity
+    method = auth.get("method")
+    if method == "webhook":
+        return f"webhook:{auth.get('client')}:{name}"
+    if method == "oidc":
+        return f"oidc:{auth.get('issuer')}:{name}"
+    return f"{method}:{name}"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asked for a run: ``name`` as recorded, and ``identity`` when the caller proved
+    it (a token's subject creating its own run); none when a trusted client (the API
+    token's holder, the CLI, the Python API) named the requester, which is then known
+    by that name alone."""
+
+    name: str | None
+    identity: str | None = None
+
+    @classmethod
+    def of(cls, requested_by: str | None, caller: str | None) -> Requester:
+        """The requester of a run recorded with ``requested_by`` by ``caller`` (its
+        idempotency scope): a token's subject (``oidc:…``, the key of the principal
+        that created it) proved who it is; any other caller named the requester."""
+        proven = caller is not None and caller.startswith("oidc:")
+        return cls(requested_by, caller if proven else None)
+
+    def is_(self, principal: Principal) -> bool:
+        """Whether ``principal`` is the requester, for separation of duties, which errs
+        on refusing: the same identity; or, for a requester known by name alone, a
+        principal of that name, however it signed in."""
+        if self.identity is not None:
+            return self.identity == principal.key
+        return self.name is not None and self.name == principal.id
+
+    def proven(self, principal: Principal) -> bool:
+        """Whether ``principal`` proved to be the requester (to act as one: cancel or
+        retry its run): the same identity; a name alone proves nothing."""
+        return self.identity is not None and self.identity == principal.key
+
+
+NOBODY = Requester(None)
+
+
 @dataclass(frozen=True)
 class Authority:
     """What a principal's decision on a turn covers, once it may make it."""
@@ -155,6 +222,15 @@ def approval_of(agent: Agent, call: PendingCall) -> tuple[tuple[tuple[str, ...],
     return sets, max(needed, call.policy.quorum if call.policy else 1)
 
 
+def refusal(principal: Principal, agent: Agent, call: PendingCall) -> str | None:
+    """Why ``principal`` may not decide ``call`` on its own: the roles it holds none of
+    (its approval alone cannot release a call that needs a quorum: ``approval_of``)."""
+    sets, _ = approval_of(agent, call)
+    if all(principal.holds_any(roles) for roles in sets):
+        return None
+    return f"{call.id} ({call.name}: {' and '.join(', '.join(s) for s in sets)})"
+
+
 def _refuse(principal: Principal, agent: Agent, refused: list[str], *, self_approval: bool) -> None:
     """Raises ``ForbiddenError`` for calls the principal holds no role for, or for an
     approval of its own run's calls that the agent does not allow."""
@@ -176,12 +252,12 @@ def authorise(
     state: SuspendedRunState,
     decisions: Decisions,
     *,
-    requested_by: str | None,
+    requester: Requester,
 ) -> Authority:
-    """Whether ``principal`` may make ``decisions`` on the turn ``state`` holds (already
-    checked by ``check_decisions``). Raises ``ForbiddenError``: a covered call whose
-    roles it holds none of; an approval of its own run's calls (unless the agent allows
-    it)."""
+    """Whether ``principal`` may make ``decisions`` on the turn ``state`` holds (checked
+    by ``check_decisions``): the one place a person's authority over a turn is decided.
+    Raises ``ForbiddenError``: a covered call whose roles it holds none of; an approval
+    of its own run's calls (unless the agent allows it)."""
     # the calls a person decides: not those a policy or their kind (a read) settled
     covered = [
         (call, d)
@@ -194,14 +270,13 @@ def authorise(
     approves = False
     effect: dict[str, JsonValue] = {}
     judged: dict[str, JsonValue] = {
-        call.id: {"rule": call.policy.rule, "sha256": call.policy.sha256}
-        for call, _ in covered
-        if call.policy is not None
+        c.id: {"rule": c.policy.rule, "sha256": c.policy.sha256} for c, _ in covered if c.policy
     }
     for call, decision in covered:
         sets, needed = approval_of(agent, call)
-        if not all(principal.holds_any(roles) for roles in sets):
-            refused.append(f"{call.id} ({call.name}: {' and '.join(', '.join(s) for s in sets)})")
+        why = refusal(principal, agent, call)
+        if why is not None:
+            refused.append(why)
             continue
         used.update(r for roles in sets for r in roles if r in principal.roles)
         if isinstance(decision, Approve | Edit):
@@ -211,7 +286,7 @@ def authorise(
             effect[call.id] = {"approve": dict(runs_with)}
         else:
             effect[call.id] = "deny"
-    _refuse(principal, agent, refused, self_approval=approves and requested_by == principal.id)
+    _refuse(principal, agent, refused, self_approval=approves and requester.is_(principal))
     return Authority(
         covered=tuple(call.id for call, _ in covered),
         approves=approves,
@@ -239,17 +314,17 @@ class Standing:
 
 
 def may_operate(
-    principal: Principal, action: str, *, requested_by: str | None, roles: frozenset[str]
+    principal: Principal, action: str, *, requester: Requester, roles: frozenset[str]
 ) -> Standing:
-    """Whether ``principal`` may ``action`` (cancel, retry) a run requested by
-    ``requested_by``: the operator, the requester, or a holder of one of ``roles``.
-    Raises ``ForbiddenError``."""
+    """Whether ``principal`` may ``action`` (cancel, retry) a run asked for by
+    ``requester``: the operator, the requester (its proven identity: a name alone is
+    no proof), or a holder of one of ``roles``. Raises ``ForbiddenError``."""
     if principal.every_role:
         return Standing("operator", [])
     held = sorted(principal.roles & roles)
     if held:
         return Standing("role", held)
-    if requested_by is not None and requested_by == principal.id:
+    if requester.proven(principal):
         return Standing("requester", [])
     holders = f" or a holder of {' or '.join(sorted(roles))}" if roles else ""
     raise ForbiddenError(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
-
-from sqlalchemy import text
+from functools import cached_property
 
 from airlock.persistence import schema
+from airlock.persistence.db import read_only_engine
 from airlock.persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
 from airlock.persistence.schema import SchemaStatus
 from airlock.persistence.store import Clock, RunStore
@@ -81,10 +81,18 @@ class Reads:
         """A mark of the waiting queue that changes whenever a run enters or leaves it."""
         return self.store.queries.waiting_mark()
 
+    @cached_property
+    def reader(self) -> RunStore:
+        """The store through which probes and figures read: on SQLite, over an engine
+        that opens the file read-only (``airlock.persistence.db.read_only_engine``), so that
+        looking creates nothing, not even the file; on PostgreSQL, the store itself."""
+        engine = read_only_engine(self.store.engine)
+        return self.store if engine is self.store.engine else RunStore(engine, clock=self.store.now)
+
     def stats(self, *, finished_within: Sequence[int] = (5, 15, 60)) -> Stats:
-        """The store's figures, for ``airlock stats`` and ``/metrics``."""
-        queries, now = self.store.queries, self.clock()
-        outbox = self.store.outbox.counts()
+        """The store's figures, for ``airlock stats`` and ``/metrics`` (read-only)."""
+        queries, now = self.reader.queries, self.clock()
+        outbox = self.reader.outbox.counts()
         return Stats(
             runs=queries.count_by_status(),
             oldest_waiting=queries.oldest_waiting(),
@@ -100,18 +108,15 @@ class Reads:
         )
 
     def sweeper(self) -> SweeperHealth:
-        """When beat's sweeper last ran, and whether that is too long ago."""
+        """When beat's sweeper last ran, and whether that is too long ago (read-only)."""
         return SweeperHealth(
-            self.store.beat.last_run(SWEEPER),
+            self.reader.beat.last_run(SWEEPER),
             self.clock(),
             stale_after(self.limits.sweep_interval),
         )
 
-    def ping(self) -> None:
-        """Raises unless the database answers."""
-        with self.store.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
     def schema_status(self) -> SchemaStatus:
-        """Whether the database's schema is this version's (``airlock.persistence.schema``)."""
-        return schema.check(self.store.engine)
+        """Whether the database can be reached and its schema is this version's
+        (``airlock.persistence.schema``), read-only: an SQLite file that is not there is said to
+        be absent, and is not made."""
+        return schema.check(self.reader.engine)

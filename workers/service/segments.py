@@ -35,6 +35,7 @@ from airlock.workers.service.grants import release_for
 from airlock.workers.service.keeper import Keeper
 from airlock.workers.service.ledger import LedgerExecutor
 from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.principals import Requester
 from airlock.workers.service.registry import Registry, UnknownAgentError
 
 log = logging.getLogger("airlock")
@@ -176,8 +177,9 @@ class Segments:
         row = self.store.runs.require(run.id)
         return self.policy.for_run(row.requested_by, row.metadata)
 
-    def _requester(self, run: Claim) -> str | None:
-        return self.store.runs.require(run.id).requested_by
+    def _requester(self, run: Claim) -> Requester:
+        row = self.store.runs.require(run.id)
+        return Requester.of(row.requested_by, row.caller)
 
     def _decision(
         self, run: Claim, state: SuspendedRunState

@@ -58,6 +58,7 @@ fails with a TypeError when the worker starts)."""
 
 class Settings(BaseSettings):
     # a refused value is not repeated in the error (``celery -A workers``, ``uvicorn
+    # a refused value is not repeated in the error (``celery -A airlock.workers``, ``uvicorn
     # airlock.workers.api:app`` print it whole): it may be a URL with its password, or a secret
     model_config = SettingsConfigDict(
         env_prefix="AIRLOCK_", extra="ignore", frozen=True, hide_input_in_errors=True
@@ -114,6 +115,13 @@ class Settings(BaseSettings):
     # PostgreSQL: transactions, single statements, leases); a statement borrows one and
     # gives it back, so this bounds a worker's connections, not its concurrency
     db_pool_size: int = Field(default=8, ge=1, le=100)
+    # a statement whose connection dropped (a failover, a restart, a pooler) is retried
+    # on a fresh one for up to this long; past it a segment gives its run back, to be
+    # continued later, and a request answers 503
+    db_retry_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # a result of a call that acted is retried for up to this long (only the worker that
+    # ran the call knows it)
+    db_result_retry_seconds: float = Field(default=600.0, ge=0, le=86400)
     # the port `airlock api` listens on by default, and `airlock health api` asks
     api_port: int = Field(default=8000, ge=1, le=65535)
     # a worker serves its Prometheus metrics (segment durations) on this port

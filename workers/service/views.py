@@ -18,6 +18,7 @@ from airlock.loop import (
     SuspendedRunState,
 )
 from airlock.persistence.domain import Run, RunEvent
+from airlock.persistence.schema import SchemaState, SchemaStatus
 from airlock.workers.service import Service, SweeperHealth
 from airlock.workers.service.decisions import to_loop_decisions
 
@@ -320,3 +321,21 @@ def sweeper_view(health: SweeperHealth) -> dict[str, JsonValue]:
         "age_seconds": None if age is None else round(age, 1),
         "stale_after_seconds": health.stale_after.total_seconds(),
     }
+
+
+def database_view(status: SchemaStatus) -> dict[str, str]:
+    """The database's part of ``/readyz``: whether it can be read (``database``: ``ok``,
+    ``absent`` for an SQLite file that is not there yet, ``unreachable``) and whether its
+    schema is this version's (``schema``), each ``ok`` or ``state: what to do``, said
+    without the database's URL."""
+    said = status.explain(named=False)
+    match status.state:
+        case SchemaState.ABSENT:
+            return {"database": f"absent: {said}", "schema": "unknown: there is no database"}
+        case SchemaState.UNREACHABLE:
+            unknown = "unknown: the database cannot be reached"
+            return {"database": f"unreachable: {said}", "schema": unknown}
+        case SchemaState.CURRENT:
+            return {"database": "ok", "schema": "ok"}
+        case _:
+            return {"database": "ok", "schema": f"{status.state}: {said}"}

@@ -4,7 +4,7 @@ brokers (``broker``), the tasks (``jobs``), what a worker and a beat do as they 
 intake of a green pool), the delivery of notifications (``dispatcher``, ``notify``), the
 worker's metrics, and the composition root every door builds its service from
 (``wiring``). The only room that imports Celery or kombu (import-linter holds the others
-to it); ``celery -A workers`` loads it through ``airlock.workers.app``.
+to it); ``celery -A airlock.workers`` loads it through ``airlock.workers.app``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Celery app: its configuration, the task names, the queues, beat's schedule and
 the publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
 by task name); the tasks are registered on it by ``airlock.workers.tasks`` (``jobs``), which
-imports this module first: ``celery -A workers worker`` / ``celery -A workers beat``
+imports this module first: ``celery -A airlock.workers worker`` / ``celery -A airlock.workers beat``
 load the package (``airlock.workers.app``).
 
 The database, not the broker, is the source of truth: a message is only a
@@ -45,6 +45,7 @@ IDLE_POLL = 0.5
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
         # the folders are made with a channel (airlock.workers.tasks.embedded_broker)
+        # the folders are made with a channel (airlock.workers.queue.embedded_broker)
         folder = config.broker_folder.resolve()
         # A worker finds a message at its next poll (every 0.05 s). A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
@@ -77,7 +78,7 @@ def broker_options(config: Settings) -> dict[str, Any]:
 class Schedule(PersistentScheduler):
     """Celery's persistent schedule, which makes its file's folder first: beat opens the
     file (for its banner) before any signal a handler could make it in, so
-    ``celery -A workers beat`` in a folder without ``AIRLOCK_HOME`` failed at start."""
+    ``celery -A airlock.workers beat`` in a folder without ``AIRLOCK_HOME`` failed at start."""
 
     schedule_filename: str  # set by PersistentScheduler.__init__
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from datetime import timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from celery import Task
 
 from airlock.workers.service import EventType, is_database_error
 from airlock.workers.service.backoff import backoff
+from airlock.workers.service.database_watch import cannot_use
 from airlock.workers.service.settings import settings
 from airlock.workers.tasks import metrics
 from airlock.workers.tasks.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
@@ -23,7 +25,11 @@ log = logging.getLogger("airlock")
 
 @app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
 def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
-    owner = f"{self.request.hostname}:{os.getpid()}:{self.request.id}:{self.request.retries}"
+    # unique to this execution: a ledger record started under it is this execution's own
+    # (a container restarted with the same hostname and pids redelivers the same task id)
+    nonce = secrets.token_hex(4)
+    request = self.request
+    owner = f"{request.hostname}:{os.getpid()}:{request.id}:{request.retries}:{nonce}"
     started = time.perf_counter()
     try:
         outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
@@ -33,11 +39,21 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
         if not is_database_error(exc):
             raise
         # Nothing could be recorded. Try again later; the retry may continue our claim.
-        log.warning("database unavailable; retrying", extra={"action": "segment.db_retry"})
+        countdown = backoff(self.request.retries, cap=60)
+        log.warning(
+            "%s: the segment of run %s is tried again in %.1f s",
+            cannot_use(settings().database_url, exc),
+            run_id,
+            countdown,
+            extra={
+                "action": "segment.db_retry",
+                "run_id": run_id,
+                "retries": self.request.retries,
+                "retry_in": round(countdown, 1),
+            },
+        )
         raise self.retry(
-            exc=exc,
-            countdown=backoff(self.request.retries, cap=60),
-            kwargs={"run_id": run_id, "take_over": owner},
+            exc=exc, countdown=countdown, kwargs={"run_id": run_id, "take_over": owner}
         ) from exc
 
 

@@ -1,5 +1,6 @@
-"""What a worker does as it starts: the metrics server, a word on the pool, and database
-connections of each pool process's own. (Beat's folder is made by its scheduler:
+"""What a worker does as it starts: the metrics server, a word on the pool, database
+connections of each pool process's own, and a watch on its database that says in the
+log when it cannot be used. (Beat's folder is made by its scheduler:
 ``airlock.workers.tasks.broker.Schedule``.)"""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
 
+from airlock.workers.service.database_watch import watch_database
 from airlock.workers.service.settings import settings
 from airlock.workers.tasks import metrics
 from airlock.workers.tasks.broker import NOTIFY_QUEUE, QUEUE, app
@@ -31,6 +33,7 @@ def _serve_metrics(**_: object) -> None:
 
 THREADS_POOL = "celery.concurrency.thread"
 SOLO_POOL = "celery.concurrency.solo"
+PREFORK_POOL = "celery.concurrency.prefork"
 
 
 def pool_warning(pool_cls: object, queues: Iterable[str] = (QUEUE,)) -> str | None:
@@ -54,9 +57,19 @@ def _as_the_pool_needs(sender: Any = None, **_: object) -> None:
     warning = pool_warning(pool_cls, app.amqp.queues.consume_from or (QUEUE,))
     if warning is not None:
         log.warning(warning, extra={"action": "worker.pool"})
-    if getattr(pool_cls, "__module__", None) == SOLO_POOL:
+
+
+@celeryd_after_setup.connect
+def _service_of_this_process(instance: Any = None, **_: object) -> None:
+    """A pool that runs its tasks in this process (green, threads, solo) has its service
+    built as the worker starts, once the log is set up (``worker_init`` comes before):
+    the log names the policy files it judges by. A prefork child builds its own."""
+    pool = getattr(getattr(instance, "pool_cls", None), "__module__", None)
+    if pool == SOLO_POOL:
         # a solo worker runs its tasks in this thread, as a pool child runs them in its own
         service().hold_connections()
+    elif pool != PREFORK_POOL:
+        service()
 
 
 @worker_process_init.connect
@@ -65,3 +78,10 @@ def _fresh_connections(**_: object) -> None:
     # in this thread, which keeps its own between them
     service.cache_clear()
     service().hold_connections()
+
+
+@worker_ready.connect
+def _watch_database(**_: object) -> None:
+    # in the main process, once it consumes: a worker whose database is away still
+    # answers remote control, and says in its log why its segments wait
+    watch_database(settings().database_url)

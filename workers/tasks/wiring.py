@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.db import make_engine
-from airlock.persistence.store import RunStore
+from airlock.persistence.store import RetryPolicy, RunStore
 from airlock.workers.service import Enqueue, Limits, Notify, Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
@@ -39,7 +39,11 @@ def pool_of(config: Settings) -> dict[str, int]:
 
 def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = None) -> Service:
     store = RunStore(
-        make_engine(config.database_url, **pool_of(config)), cipher=StateCipher(config.state_key)
+        make_engine(config.database_url, **pool_of(config)),
+        cipher=StateCipher(config.state_key),
+        retry=RetryPolicy(
+            seconds=config.db_retry_seconds, result_seconds=config.db_result_retry_seconds
+        ),
     )
     return Service(
         store=store,

@@ -5,20 +5,21 @@ code that applies a recorded decision (``to_loop_decisions`` then the loop's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from airlock.loop import Agent, DecisionError, Deny, Edit, SuspendedRunState
+from airlock.loop import Agent, DecisionError, Edit, SuspendedRunState
 from airlock.loop.decisions import CallDecision
 from airlock.loop.errors import ToolArgumentsError
 from airlock.loop.events import DecisionSource
-from airlock.loop.gate import denial, resolve
+from airlock.loop.gate import Denied, Refused, Runs, resolve, settlement
 from airlock.loop.state import PendingCall
 from airlock.workers.http.inbox.forms import Field, FormError, decision_of
-from airlock.workers.service.decisions import to_loop_decisions
-from airlock.workers.service.principals import ForbiddenError, Principal, authorise
+from airlock.workers.service import ConflictError
+from airlock.workers.service.decisions import DecisionBody, to_loop_decisions
+from airlock.workers.service.principals import Authority, ForbiddenError, approval_of
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ def summary(
     form: Mapping[str, str],
     forms: Mapping[str, list[Field]],
     *,
-    principal: Principal | None = None,
-    requested_by: str | None = None,
+    judge: Callable[[DecisionBody], Authority] | None = None,
 ) -> Summary:
     """What the decision ``form`` makes would do to the turn ``state`` waits on; a form
-    the server would refuse gives the refusal instead, as does a decision ``principal``
-    may not make (a call it holds no role for; its own run's, ``requested_by`` it)."""
+    the server would refuse gives the refusal instead. ``judge``: the service's own
+    pipeline (identify → authorise → check the turn, recording nothing), which refuses
+    what the signed-in approver may not decide and says the quorum the decision needs."""
     if agent is None:
         return Summary(error="this process does not know the run's agent")
     try:
@@ -77,17 +78,18 @@ def summary(
             return Summary()
         chosen = set(body.calls or ())
         decisions = to_loop_decisions(body.stored(), state)
-        if principal is not None:
-            authorise(principal, agent, state, decisions, requested_by=requested_by)
+        authority = judge(body) if judge is not None else None
         resolved = resolve(agent, state, decisions)
-    except (FormError, DecisionError, ValueError, ForbiddenError) as exc:
+    except (FormError, DecisionError, ValueError, ForbiddenError, ConflictError) as exc:
         return Summary(error=str(exc))
     outcomes = [
         _outcome(agent, state, number, call, decision, source=source, own=call.id in chosen)
         for number, (call, decision, source) in enumerate(resolved, start=1)
     ]
-    asked = {c.id for c in state.pending_calls if c.requires_approval}
-    quorums = [agent.approval_of(o.name)[1] for o in outcomes if o.runs and o.id in asked]
+    if authority is not None:
+        return Summary(outcomes, quorum=authority.quorum if authority.approves else 1)
+    asked = {c.id: c for c in state.pending_calls if c.requires_approval}
+    quorums = [approval_of(agent, asked[o.id])[1] for o in outcomes if o.runs and o.id in asked]
     return Summary(outcomes, quorum=max(quorums, default=1))
 
 
@@ -101,23 +103,18 @@ def _outcome(
     source: DecisionSource,
     own: bool,
 ) -> Outcome:
-    """As the runner settles a call (``Runner._settle``): an invalid or unknown call is
-    told its error, a denied one why, the others run."""
+    """As the runner settles the call (the loop's ``settlement``), then validates the
+    arguments a call that runs is given."""
     arguments = decision.arguments if isinstance(decision, Edit) else call.arguments
     told: str | None = None
-    if call.error is not None:
-        told = f"Error: {call.error}"
-    elif call.name not in state.tool_names:
-        told = f'Error: unknown tool "{call.name}"'
-    elif (tool := agent.tool(call.name)) is None:
-        told = f'Error: tool "{call.name}" is no longer permitted and was not executed.'
-    elif isinstance(decision, Deny):
-        told = denial(call.name, source, decision.reason)
-    else:
-        try:
-            tool.validate(arguments)
-        except ToolArgumentsError as exc:
-            told = f"Error: {exc}"
+    match settlement(agent, state.tool_names, call, decision, source):
+        case Refused(told=text) | Denied(told=text):
+            told = text
+        case Runs(tool=tool):
+            try:
+                tool.validate(arguments)
+            except ToolArgumentsError as exc:
+                told = f"Error: {exc}"
     why = _why(source, own)
     edited = arguments != call.arguments
     return Outcome(call.id, number, call.name, told is None, arguments, edited, why, told)

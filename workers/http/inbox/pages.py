@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -16,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from airlock.loop import Agent, DecisionError, StateError, SuspendedRunState
 from airlock.persistence.domain import Run, RunStatus
 from airlock.persistence.store import UnknownRunError
-from airlock.workers.http.auth import Authenticator
+from airlock.workers.http.auth import Authenticator, TokenVerifier
 from airlock.workers.http.inbox import queue, story
 from airlock.workers.http.inbox.forms import Field, FormError, decision_of, fields_of
 from airlock.workers.http.inbox.outcome import Summary, summary
@@ -24,8 +25,17 @@ from airlock.workers.http.inbox.present import NOTICES, STALE, explained, messag
 from airlock.workers.http.inbox.queue import STATUS_WORDS
 from airlock.workers.http.problems import ProblemError
 from airlock.workers.service import ConflictError, Service
-from airlock.workers.service.principals import ForbiddenError, Principal, check_name
-from airlock.workers.service.sessions import COOKIE, Session, Sessions, csrf_ok
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Authority, ForbiddenError, Principal, check_name
+from airlock.workers.service.sessions import (
+    COOKIE,
+    Credentials,
+    Proved,
+    Session,
+    Sessions,
+    SignInFailedError,
+    csrf_ok,
+)
 from airlock.workers.service.views import event_view, pending_view
 
 HERE = Path(__file__).parent
@@ -100,29 +110,33 @@ class Inbox:
             "open": self.auth.open,
         }
 
-    def sign_in(self, form: Mapping[str, str], client: str) -> tuple[Principal, float | None]:
-        """The principal a sign-in form from ``client`` proves, unless too many sign-ins
-        from that client or naming that name failed lately: then its credential is not
-        even checked. Raises ``ThrottledError``, ``ValueError`` / ``ProblemError``."""
+    def sign_in(self, form: Mapping[str, str], client: str) -> Proved:
+        """The principal a sign-in form from the address ``client`` proves (the rules:
+        ``Sessions.sign_in``). Raises ``ThrottledError``, ``ValueError`` (a
+        ``SignInFailedError`` among them) / ``ProblemError``."""
         name = (form.get("name") or "").strip()
-        attempt = self.sessions.attempt(client, name)
-        proved = self.proved(form, name)
-        self.sessions.succeeded(attempt)
-        return proved
-
-    def proved(self, form: Mapping[str, str], name: str) -> tuple[Principal, float | None]:
-        """The principal a sign-in form's credential proves: the API token's holder, as
-        the name given (an operator), or a token's subject with its roles. Raises
-        ``ValueError`` / ``ProblemError``."""
         token = (form.get("token") or "").strip()
+        return self.sessions.sign_in(client, name, self.credentials(token, name))
+
+    def credentials(self, token: str, name: str) -> Credentials:
+        """A sign-in form's credential, as ``Sessions.sign_in`` checks it: a token of
+        the issuer (its subject, with its roles), or the API token (an operator, as the
+        name given; on an open API, no token)."""
+        tokens = self.auth.tokens
+        signed = None
+        if tokens is not None and token.count(".") == 2:
+            signed = partial(_verified, tokens, token)
+        return Credentials(signed=signed, secret=partial(self._secret, token, name))
+
+    def _secret(self, token: str, name: str) -> Proved:
         api_token = self.auth.api_token
         if api_token and hmac.compare_digest(token.encode(), api_token.encode()):
             return _operator(name), None
-        if self.auth.tokens is not None and token.count(".") == 2:
-            return self.auth.tokens.verify(token)
         if self.auth.open and not token:
             return _operator(name), None
-        raise ValueError("the token is neither the API token nor a token of the configured issuer")
+        raise SignInFailedError(
+            "the token is neither the API token nor a token of the configured issuer"
+        )
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -166,7 +180,8 @@ class Inbox:
         events = [event_view(e) for e in self.service.events(run.id)]
         if state is None:  # the checkpoint is the turn's; a run that moved on has its events
             transcript = story.transcript(events)
-        approved = any(a.principal == session.principal.id for a in self.service.approvals(run))
+        mine = session.principal.key
+        approved = any(a.identity == mine for a in self.service.approvals(run))
         return self.page(
             "run.html",
             status,
@@ -205,8 +220,11 @@ class Inbox:
     ) -> Summary:
         """What ``form`` would do, as the signed-in approver may make it."""
         forms = {c.id: fields_of(agent, c) for c in state.pending_calls}
-        by, requester = session.principal, run.requested_by
-        return summary(agent, state, form, forms, principal=by, requested_by=requester)
+
+        def judge(body: DecisionBody) -> Authority:
+            return self.service.judge_decision(run.id, body, session.principal).authority
+
+        return summary(agent, state, form, forms, judge=judge)
 
     def decide(self, run_id: str, form: Mapping[str, str], session: Session) -> Response:
         try:
@@ -249,6 +267,16 @@ def _notice(notice: str | None, run: Run) -> str | None:
     if notice == "recorded" and run.status is RunStatus.WAITING_FOR_APPROVAL:
         return "Decision recorded. The run went on and waits for a decision again."
     return NOTICES.get(notice or "")
+
+
+def _verified(tokens: TokenVerifier, token: str) -> Proved:
+    """A token of the issuer, verified; one that does not verify proves no one."""
+    try:
+        return tokens.verify(token)
+    except ProblemError as exc:
+        if exc.status == 401:
+            raise SignInFailedError(exc.detail) from exc
+        raise  # the issuer's keys cannot be had: no one's failure
 
 
 def _operator(name: str) -> Principal:

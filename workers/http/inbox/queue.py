@@ -16,8 +16,8 @@ from airlock.persistence.domain import Run, RunStatus
 from airlock.persistence.store import BadCursorError, UnknownRunError, parse_run_id
 from airlock.workers.http.inbox.present import NOTICES, STALE, ago, explained, line, until
 from airlock.workers.service import ConflictError, DecisionResult, Service
-from airlock.workers.service.decisions import DecisionBody, to_loop_decisions
-from airlock.workers.service.principals import ForbiddenError, authorise
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import ForbiddenError
 from airlock.workers.service.sessions import Session
 from airlock.workers.service.views import pending_view
 
@@ -209,10 +209,8 @@ def _refused(
         return None  # the decision says why
     try:
         body = DecisionBody.model_validate({"turn_digest": digest, **decision})
-        decisions = to_loop_decisions(body.stored(), state)
-        agent = service.registry.get(run.agent)
-        authorise(session.principal, agent, state, decisions, requested_by=run.requested_by)
-    except (ForbiddenError, DecisionError, ValueError) as exc:
+        service.judge_decision(run.id, body, session.principal)
+    except (ForbiddenError, DecisionError, ValueError, ConflictError) as exc:
         return str(exc)
     return None
 

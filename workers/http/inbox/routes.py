@@ -43,9 +43,10 @@ def _sign_in(router: APIRouter, inbox: Inbox) -> None:
             page = inbox.page("login.html", 429, error=error, **inbox.login_context())
             page.headers["Retry-After"] = str(exc.retry_after)
             return page
-        except (ValueError, ProblemError) as exc:
-            detail = exc.detail if isinstance(exc, ProblemError) else str(exc)
-            return inbox.page("login.html", 401, error=detail, **inbox.login_context())
+        except ProblemError as exc:  # the issuer's keys cannot be had (503)
+            return inbox.page("login.html", exc.status, error=exc.detail, **inbox.login_context())
+        except ValueError as exc:  # it proves no one, or the name is not one
+            return inbox.page("login.html", 401, error=str(exc), **inbox.login_context())
         cookie, _ = await run_in_threadpool(inbox.sessions.issue, principal, expires)
         response = RedirectResponse("/inbox", 303, headers=HEADERS)
         response.set_cookie(

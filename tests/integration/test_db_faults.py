@@ -1,0 +1,52 @@
+"""A real ``airlock worker`` (gevent) whose PostgreSQL connections are killed at every
+few statements, before and after they run, while runs go through their whole story:
+every run completes, every approved write runs exactly once, none fails in doubt."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airlock.persistence.domain import RunStatus
+from tests.integration.conftest import StackFactory
+from tests.integration.test_workers import approve, send_key
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+RUNS = 24
+
+
+def test_runs_complete_exactly_once_while_connections_are_killed(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str, tmp_path: Path
+) -> None:
+    kills = tmp_path / "kills.log"
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_AGENTS="tests.integration.agents:AGENTS,tests.integration.fault_agents:AGENTS",
+        AIRLOCK_TEST_KILL_EVERY="4",
+        AIRLOCK_TEST_KILL_LOG=str(kills),
+        AIRLOCK_LEASE_SECONDS="20",
+    )
+    stack.worker(airlock=True)
+    stack.beat()
+    runs = [stack.service.start_run("w1", f"mail {i}")[0].id for i in range(RUNS)]
+    for run_id in runs:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=120)
+        approve(stack, run_id)
+    for run_id in runs:
+        done = stack.wait_status(run_id, RunStatus.COMPLETED, timeout=120)
+        assert done.output == "done"
+    executions = stack.executions()
+    assert {run_id: executions[send_key(run_id)] for run_id in runs} == dict.fromkeys(runs, 1)
+    for run_id in runs:
+        assert "failed" not in stack.kinds(run_id)
+    lines = [line.split("\t") for line in kills.read_text().splitlines()]
+    killed = Counter(kind for _, kind in lines)
+    assert {where for where, _ in lines} == {"before", "after"}
+    assert len(killed) >= 4, killed
+    writes = " ".join(killed)
+    for table in ("agent_runs", "tool_calls", "run_events"):
+        assert table in writes, killed
