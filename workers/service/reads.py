@@ -102,7 +102,7 @@ class Reads:
             },
             notifications_due=outbox.due,
             notifications_given_up=outbox.given_up,
-            notification_lag=quantiles(self.store.outbox.recent_lags()),
+            notification_lag=quantiles(self.reader.outbox.recent_lags()),
             at=now,
             sweeper=self.sweeper(),
         )
