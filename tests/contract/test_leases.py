@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
@@ -119,3 +120,29 @@ def test_a_renewal_pass_later_than_half_a_lease_is_reported(
         "lease renewal late: 5.6 s after the last, with a lease of 10 s"
     ]
     assert not keeper.renew()  # no segment held: the renewer ends, and forgets its last pass
+
+
+def test_a_segment_that_lost_the_run_to_another_in_its_process_leaves_that_ones_lease_held(
+    engine: Engine,
+) -> None:
+    """A segment whose lease was taken (the run requeued and claimed anew while the old
+    one went on, waiting on a database that restarted) ends after the new segment of
+    the same run, in the same process, began holding it. Its end must not drop the new
+    segment's hold: the renewer then found nothing to renew, stopped, and the new
+    segment lost its lease in turn, and the next, for ever."""
+    repo = RunStore(engine)
+    keeper = Keeper(repo, timedelta(seconds=10), 0.05, clock=Ticks(), sleep=None)
+    run, _ = repo.runs.create("assistant", "x")
+    assert repo.transitions.claim(run.id, "old", timedelta(seconds=10)) is not None
+    with ExitStack() as new:
+        with keeper.hold(run.id, "old", keeper.sink(run.id, "old")):
+            with engine.begin() as conn:  # the sweeper requeued it; another segment claims it
+                conn.execute(text("UPDATE agent_runs SET status = 'queued', lease_owner = NULL"))
+            assert repo.transitions.claim(run.id, "new", timedelta(seconds=10)) is not None
+            new.enter_context(keeper.hold(run.id, "new", keeper.sink(run.id, "new")))
+        # the old segment has ended; the new one is still held, and its lease renewed
+        before = repo.runs.require(run.id).lease_expires_at
+        assert keeper.renew()
+        after = repo.runs.require(run.id).lease_expires_at
+        assert before is not None and after is not None and after > before
+    assert not keeper.renew()

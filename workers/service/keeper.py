@@ -95,7 +95,10 @@ class Keeper:
             yield
         finally:
             with self._lock:
-                self._held.pop(run_id, None)
+                # only its own: a segment that lost the run's lease may end after the
+                # segment that took the run over in this process began holding it
+                if self._held.get(run_id, (None,))[0] == owner:
+                    del self._held[run_id]
 
     def _write_loop(self) -> None:
         assert self._sleep is not None
