@@ -23,7 +23,14 @@ from workers.service.results import (
     SweeperState,
     SweepReport,
 )
-from workers.service.segments import EventType, Limits, Outcome, SegmentResult, is_database_error
+from workers.service.segments import (
+    EventType,
+    Limits,
+    Outcome,
+    SegmentInterruptedError,
+    SegmentResult,
+    is_database_error,
+)
 
 __all__ = [
     "MAX_DELIVERIES",
@@ -39,6 +46,7 @@ __all__ = [
     "Notify",
     "Outcome",
     "Principal",
+    "SegmentInterruptedError",
     "SegmentResult",
     "Service",
     "Stats",
