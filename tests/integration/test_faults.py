@@ -48,9 +48,15 @@ def test_postgres_restart_during_a_run(
 ) -> None:
     """``crash`` comes milliseconds after the claim, which does not wait for the disk:
     the restarted server may or may not have it, and the run completes either way.
-    ``airlock``: ``airlock worker`` as shipped, not ``celery worker -c 2``."""
+    ``airlock``: ``airlock worker`` as shipped, not ``celery worker -c 2``. The server is
+    down longer than the segment's retry budget: the segment stops, and its task's
+    retry continues it once the server is back."""
     migrate(private_postgres.url)
-    stack = make_stack(AIRLOCK_DATABASE_URL=private_postgres.url, AIRLOCK_BROKER_URL=shared_redis)
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=private_postgres.url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_DB_RETRY_SECONDS="2",
+    )
     worker = stack.worker(airlock=airlock)
     stack.beat()
     run, _ = stack.service.start_run("slow_read", "mail")
@@ -66,7 +72,7 @@ def test_postgres_restart_during_a_run(
     # the tool finishes while the database is down: recording it fails, the task retries
     wait_for(
         "the segment to meet the dead database",
-        lambda: "database unavailable; retrying" in worker.output(),
+        lambda: f"the segment of run {run.id} is tried again" in worker.output(),
         timeout=30,
     )
     private_postgres.start()
