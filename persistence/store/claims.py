@@ -46,14 +46,13 @@ class ClaimAttempt:
     """``take_over`` ran no call it did not record: its calls started are ours."""
 
     def __call__(self, attempt: int) -> Any:
-        if attempt == 0:
-            return self.claim(self.take_over, adopt=self.adopt)
-        # the first attempt may have committed before its answer was lost: the run is
-        # then leased to ``owner`` already (with what it adopted), and continuing that
-        # claim is taking it over from itself
-        row = self.claim(self.owner, adopt=False)
-        if row is None and self.take_over is not None:
-            row = self.claim(self.take_over, adopt=self.adopt)
+        row = self.claim(self.take_over, adopt=self.adopt)
+        if row is None and attempt:
+            # the first attempt may have committed before its answer was lost: the run
+            # is then leased to ``owner`` already (with what it adopted), and continuing
+            # that claim is taking it over from itself. Tried second: a takeover claims
+            # a queued run too, and ``take_over``'s would adopt what it must
+            row = self.claim(self.owner, adopt=False)
         return row
 
     def claim(self, take_over: str | None, *, adopt: bool) -> Any:

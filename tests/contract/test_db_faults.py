@@ -272,3 +272,55 @@ def test_a_retry_that_could_not_claim_hands_on_the_claim_it_was_to_continue(
     third = service.run_segment(run.id, "third", take_over=second.take_over, adopt=second.adopt)
     assert third.outcome is Outcome.COMPLETED
     assert [name for name, _, _ in recorder.calls] == ["send_email"]
+
+
+def test_a_retry_whose_claim_is_tried_again_still_adopts_the_call_it_continues(
+    pg_engine: Engine, killer: ConnectionKiller
+) -> None:
+    """The segment stops after its write's start was recorded (its answer lost, then the
+    database away), and its run is queued again meanwhile (the sweeper found its lease
+    expired). The retry's first claim is lost on a dropped connection: claimed on the
+    next attempt, it still takes over the write the stopped segment started, and runs
+    it once."""
+
+    def approve_all(_tool: object, _arguments: object) -> Approve:
+        return Approve()
+
+    recorder = Recorder()
+    service = Service(
+        store=RunStore(pg_engine, retry=AWAY),
+        registry=Registry([make_agent(STEPS, recorder, policy=approve_all)]),
+        enqueue=lambda _run, _delay=None: None,
+        limits=Limits(retry_base_delay=0.01),
+    )
+    run, _ = service.start_run("mailer", "Mail a")
+    gone: list[bool] = []
+
+    def start_then_away(_number: int, statement: str) -> str | None:
+        if gone:
+            return "before"
+        if "started_by" in statement:
+            gone.append(True)
+            return "after"
+        return None
+
+    killer.arm(start_then_away)
+    stopped = interrupted(service, run.id, "first")
+    killer.disarm()
+    assert stopped is not None and stopped.adopt
+    assert service.store.transitions.requeue(run.id, "first")  # as the sweeper would
+    claims: list[str] = []
+
+    def first_claim(_number: int, statement: str) -> str | None:
+        if "attempts" not in statement or claims:  # the claim's UPDATE counts them
+            return None
+        claims.append(statement)
+        return "before"
+
+    killer.arm(first_claim)
+    killer.killed.clear()
+    again = service.run_segment(run.id, "retry", take_over=stopped.take_over, adopt=True)
+    killer.disarm()
+    assert len(killer.killed) == 1  # the first claim: the second has no rival to lose to
+    assert again.outcome is Outcome.COMPLETED, again
+    assert [name for name, _, _ in recorder.calls] == ["send_email"]
