@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from loop import Agent, Approve, Effect, ScriptedModel, tool
+from airlock.loop import Agent, Approve, Effect, ScriptedModel, tool
 
 
 @tool

@@ -46,12 +46,12 @@ from typing import Any
 
 from sqlalchemy import text
 
+from airlock.workers.testing import Stack, wait_for
 from bench import peer
 from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
 from bench.trace import VARIABLE, Trace
-from workers.testing import Stack, wait_for
 
 PARTS = ("webhook", "to_start", "write", "to_finish", "to_visible")
 TRACED = ("decided", "published", "received", "task", "claimed")

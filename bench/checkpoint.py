@@ -18,11 +18,11 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, text
 
+from airlock.loop import AssistantMessage, SuspendedRunState, ToolCall, Usage, UserMessage
+from airlock.loop.state import PendingCall, turn_digest
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
 from bench.common import PG, progress, record, temporary_database
-from loop import AssistantMessage, SuspendedRunState, ToolCall, Usage, UserMessage
-from loop.state import PendingCall, turn_digest
-from persistence.db import make_engine
-from persistence.store import RunStore
 
 SIZES = {"10KB": 10_000, "100KB": 100_000, "1MB": 1_000_000}
 LEASE = timedelta(seconds=60)

@@ -17,8 +17,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from persistence.migrations import upgrade as migrate
-from workers.testing import ROOT
+from airlock.persistence.migrate import upgrade as migrate
+from airlock.workers.testing import ROOT
 
 PG = os.environ.get(
     "AIRLOCK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

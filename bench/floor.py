@@ -10,9 +10,9 @@ from functools import lru_cache
 
 from sqlalchemy import Engine, text
 
-from persistence.db import make_engine
-from workers.service.broker import make_app
-from workers.service.settings import settings
+from airlock.persistence.db import make_engine
+from airlock.workers.service.broker import make_app
+from airlock.workers.service.settings import settings
 
 app = make_app(settings())
 FLOOR = "bench.floor.v1"

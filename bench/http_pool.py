@@ -12,7 +12,7 @@ the calls in flight at most (the server's count); appends them to
 bench/results/http_pool.jsonl.
 
 The clients: ``httpx`` (httpx's own transport, httpcore's pool, the providers' limits),
-``urllib3`` (``providers.transport.Urllib3Transport`` under the same ``httpx.Client``),
+``urllib3`` (``airlock.providers.transport.Urllib3Transport`` under the same ``httpx.Client``),
 ``httpx2`` (the fork, same limits), ``httpx:N`` (httpx's own pool capped at N
 connections: the other calls wait for one), and ``providers`` (``providers.http.client()``,
 whatever it is).
@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
+from airlock.workers.testing import free_port, wait_for
 from bench.common import progress, record
-from workers.testing import free_port, wait_for
 
 CLIENTS = ("httpx", "urllib3", "httpx2", "providers")
 BODY = {"model": "fake", "messages": [{"role": "user", "content": "mail a"}], "tools": []}
@@ -40,7 +40,7 @@ BODY = {"model": "fake", "messages": [{"role": "user", "content": "mail a"}], "t
 
 def make(name: str) -> Any:
     """A client by name (see the module's docstring), with the providers' limits."""
-    from providers import http  # noqa: PLC0415 - after gevent's patching
+    from airlock.providers import http  # noqa: PLC0415 - after gevent's patching
 
     limits = {"max_connections": None, "max_keepalive_connections": 256, "keepalive_expiry": 60}
     if name == "httpx":
@@ -49,7 +49,7 @@ def make(name: str) -> Any:
         cap = int(name.removeprefix("httpx:"))
         return httpx.Client(limits=httpx.Limits(max_connections=cap, keepalive_expiry=60))
     if name == "urllib3":
-        from providers.transport import Urllib3Transport  # noqa: PLC0415
+        from airlock.providers.transport import Urllib3Transport  # noqa: PLC0415
 
         return httpx.Client(transport=Urllib3Transport())
     if name == "httpx2":

@@ -16,12 +16,12 @@ import statistics
 import sys
 import time
 
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Outcome, Service
+from airlock.workers.service.registry import Registry
 from bench.agents import AGENTS
 from bench.common import progress, record, temporary_database
-from persistence.db import make_engine
-from persistence.store import RunStore
-from workers.service import Outcome, Service
-from workers.service.registry import Registry
 
 
 def main() -> None:

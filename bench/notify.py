@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 
 import httpx
 
+from airlock.workers.testing import SECRET, Process, free_port, wait_for
 from bench.approval_path import PARTS, ms, one_approval
 from bench.common import progress, record
 from bench.http import Client
 from bench.stack import deployment
-from workers.testing import SECRET, Process, free_port, wait_for
 
 TYPES = ("run.waiting_for_approval", "run.completed")
 

@@ -29,11 +29,7 @@ from typing import Any
 
 import redis
 
-from bench.approval_path import PARTS, one_approval
-from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
-from bench.http import Client
-from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
-from workers.testing import (
+from airlock.workers.testing import (
     ROOT,
     Process,
     Stack,
@@ -41,6 +37,10 @@ from workers.testing import (
     free_port,
     wait_for,
 )
+from bench.approval_path import PARTS, one_approval
+from bench.common import CpuMeter, led_by, progress, record, redis_url, temporary_database
+from bench.http import Client
+from bench.stack import airlock_worker, bench_config, throughput, up, wait_answers
 
 
 @contextmanager

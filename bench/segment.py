@@ -40,11 +40,11 @@ from typing import NamedTuple
 import redis
 from sqlalchemy import text
 
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.testing import Stack, celery_worker, wait_for, wait_ready
 from bench.common import REDIS, CpuMeter, Proc, led_by, progress, record, temporary_database
-from persistence.domain import RunStatus
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.testing import Stack, celery_worker, wait_for, wait_ready
 
 OPERATOR = Principal.trusted("test")
 

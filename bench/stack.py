@@ -31,12 +31,12 @@ import redis
 from sqlalchemy import text
 
 import bench.http
+from airlock.persistence.domain import RunStatus
+from airlock.workers.cli.demo import signed_request
+from airlock.workers.service.queues import NOTIFICATIONS, SEGMENTS
+from airlock.workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
-from persistence.domain import RunStatus
-from workers.cli.demo import signed_request
-from workers.service.queues import NOTIFICATIONS, SEGMENTS
-from workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 API_OPTIONS: list[str] = []

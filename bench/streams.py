@@ -29,11 +29,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
+from airlock.workers.service import Principal, Service
+from airlock.workers.service.settings import Settings
+from airlock.workers.service.wiring import build_service
+from airlock.workers.testing import TOKEN, Stack
 from bench.common import progress, record, temporary_database
-from workers.service import Principal, Service
-from workers.service.settings import Settings
-from workers.service.wiring import build_service
-from workers.testing import TOKEN, Stack
 
 APP = "airlock-bench-api"
 """The API's ``application_name`` on PostgreSQL: its connections are counted by it."""

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
+from airlock.loop.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
+from airlock.providers import OpenAIModel
+from airlock.workers.testing import ROOT, free_port, wait_for
 from bench import fake_openai
 from bench.w2 import per_run, physical_limit, summarize, warnings
 from bench.w2_agents import W2
-from loop.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
-from providers import OpenAIModel
-from workers.testing import ROOT, free_port, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,10 @@ def install() -> None:
     """Wrap the points' calls in this process (idempotent)."""
     from celery.signals import task_prerun, task_received  # noqa: PLC0415
 
-    from persistence.store.decisions import Decisions  # noqa: PLC0415
-    from persistence.store.transitions import Transitions  # noqa: PLC0415
-    from workers.service.broker import RUN_SEGMENT  # noqa: PLC0415
-    from workers.service.publisher import Publisher  # noqa: PLC0415
+    from airlock.persistence.store.decisions import Decisions  # noqa: PLC0415
+    from airlock.persistence.store.transitions import Transitions  # noqa: PLC0415
+    from airlock.workers.service.broker import RUN_SEGMENT  # noqa: PLC0415
+    from airlock.workers.service.publisher import Publisher  # noqa: PLC0415
 
     if getattr(Decisions.record_decision, "traced", False):
         return

@@ -14,12 +14,12 @@ import statistics
 import time
 from datetime import timedelta
 
+from airlock.loop import Approve, LoopResult, ToolLoop
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
 from bench.agents import MAILER
 from bench.checkpoint import SIZES, state_of_size
 from bench.common import progress, record, temporary_database
-from loop import Approve, LoopResult, ToolLoop
-from persistence.db import make_engine
-from persistence.store import RunStore
 
 LEASE = timedelta(seconds=60)
 

@@ -58,6 +58,8 @@ import httpx
 import redis
 from sqlalchemy import create_engine, text
 
+from airlock.workers.cli.demo import signed_request
+from airlock.workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
 from bench import peer
 from bench.common import (
     PG,
@@ -73,8 +75,6 @@ from bench.common import (
 from bench.http import AsyncClient
 from bench.stack import AUTH, bench_config, pct, rss_kb, up, wait_answers
 from bench.w2_agents import MODEL_URL
-from workers.cli.demo import signed_request
-from workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
 
 POLL = 0.25
 """Seconds between a client's polls, as the issue's users poll (``--poll``)."""

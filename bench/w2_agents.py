@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
+from airlock.loop import Agent
+from airlock.providers import OpenAIModel
 from bench.agents import lookup, send_email
-from loop import Agent
-from providers import OpenAIModel
 
 MODEL_URL = "BENCH_W2_MODEL_URL"
 

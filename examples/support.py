@@ -14,8 +14,8 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from loop import Agent, Effect, Model, ToolContext, tool
-from providers import AnthropicModel, OpenAIModel
+from airlock.loop import Agent, Effect, Model, ToolContext, tool
+from airlock.providers import AnthropicModel, OpenAIModel
 
 ORDERS: dict[str, JsonValue] = {
     "17": {"customer": "alice@example.com", "total_cents": 4200, "status": "delivered"}

@@ -3,9 +3,9 @@
 Imports only the standard library and pydantic (enforced by a test).
 """
 
-from loop.agent import Agent, ApprovalPolicy, ExpiryAction
-from loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit
-from loop.errors import (
+from airlock.loop.agent import Agent, ApprovalPolicy, ExpiryAction
+from airlock.loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit
+from airlock.loop.errors import (
     AirlockError,
     DecisionError,
     ModelError,
@@ -14,9 +14,9 @@ from loop.errors import (
     StateVersionError,
     ToolArgumentsError,
 )
-from loop.events import EventLog, EventSink, LoopEvent, event_payload
-from loop.gate import check_decisions
-from loop.messages import (
+from airlock.loop.events import EventLog, EventSink, LoopEvent, event_payload
+from airlock.loop.gate import check_decisions
+from airlock.loop.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -25,9 +25,9 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
-from loop.model import Model, ModelResponse, ScriptedModel
-from loop.results import LoopResult, Termination, TraceEntry
-from loop.runner import (
+from airlock.loop.model import Model, ModelResponse, ScriptedModel
+from airlock.loop.results import LoopResult, Termination, TraceEntry
+from airlock.loop.runner import (
     ApprovalRequired,
     ToolExecutor,
     ToolInvocation,
@@ -36,8 +36,8 @@ from loop.runner import (
     WriteAhead,
     run_directly,
 )
-from loop.state import SCHEMA_VERSION, PendingCall, SuspendedRunState
-from loop.tools import (
+from airlock.loop.state import SCHEMA_VERSION, PendingCall, SuspendedRunState
+from airlock.loop.tools import (
     Effect,
     FunctionTool,
     RequiresApproval,

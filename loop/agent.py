@@ -9,11 +9,11 @@ from enum import StrEnum
 
 from pydantic import JsonValue
 
-from loop.canonical import sha256_hex
-from loop.decisions import PolicyVerdict
-from loop.messages import JsonObject
-from loop.model import Model
-from loop.tools import Tool, approval_rule
+from airlock.loop.canonical import sha256_hex
+from airlock.loop.decisions import PolicyVerdict
+from airlock.loop.messages import JsonObject
+from airlock.loop.model import Model
+from airlock.loop.tools import Tool, approval_rule
 
 ApprovalPolicy = Callable[[Tool, JsonObject], PolicyVerdict]
 """Given a gated call (tool, validated arguments): ``Approve()``, ``Deny(reason)`` or ``Ask()``."""

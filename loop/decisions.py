@@ -8,7 +8,7 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import Field
 
-from loop.messages import JsonObject
+from airlock.loop.messages import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ from typing import Annotated, Literal, Protocol, TypeAlias
 
 from pydantic import Field, JsonValue, TypeAdapter
 
-from loop.messages import JsonObject, ToolCall, Usage
-from loop.policy.verdicts import Judgement
-from loop.results import Outcome, Termination
-from loop.state import PendingCall
+from airlock.loop.messages import JsonObject, ToolCall, Usage
+from airlock.loop.policy.verdicts import Judgement
+from airlock.loop.results import Outcome, Termination
+from airlock.loop.state import PendingCall
 
 DecisionSource = Literal["operator", "policy", "read_only", "unknown_tool", "invalid_arguments"]
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
-from loop.agent import Agent
-from loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit, PolicyVerdict
-from loop.errors import AirlockError, DecisionError, ToolArgumentsError
-from loop.events import DecisionSource, PolicyShadowed
-from loop.messages import JsonObject, ToolCall
-from loop.policy.evaluate import CallFacts
-from loop.policy.run import RunPolicy
-from loop.policy.verdicts import Judgement, Verdict, strictest
-from loop.state import PendingCall, PresetSource, SuspendedRunState
-from loop.tools import Tool, requires_approval
+from airlock.loop.agent import Agent
+from airlock.loop.decisions import Approve, Ask, CallDecision, Decisions, Deny, Edit, PolicyVerdict
+from airlock.loop.errors import AirlockError, DecisionError, ToolArgumentsError
+from airlock.loop.events import DecisionSource, PolicyShadowed
+from airlock.loop.messages import JsonObject, ToolCall
+from airlock.loop.policy.evaluate import CallFacts
+from airlock.loop.policy.run import RunPolicy
+from airlock.loop.policy.verdicts import Judgement, Verdict, strictest
+from airlock.loop.state import PendingCall, PresetSource, SuspendedRunState
+from airlock.loop.tools import Tool, requires_approval
 
 CODE_RULE = "(the agent's approval_policy)"
 """The rule a judgement names when the agent's code was stricter than the file."""

@@ -8,9 +8,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from loop.errors import ScriptExhaustedError
-from loop.messages import AssistantMessage, Message, ToolCall, Usage
-from loop.tools import ToolSchema
+from airlock.loop.errors import ScriptExhaustedError
+from airlock.loop.messages import AssistantMessage, Message, ToolCall, Usage
+from airlock.loop.tools import ToolSchema
 
 
 @dataclass(frozen=True, slots=True)

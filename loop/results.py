@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from loop.messages import Message, Usage
+from airlock.loop.messages import Message, Usage
 
 Outcome = Literal["succeeded", "failed"]
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import NoReturn, assert_never
 
-from loop.agent import Agent
-from loop.decisions import CallDecision, Decisions, Deny, Edit
-from loop.errors import ModelError, StateError, ToolArgumentsError
-from loop.events import (
+from airlock.loop.agent import Agent
+from airlock.loop.decisions import CallDecision, Decisions, Deny, Edit
+from airlock.loop.errors import ModelError, StateError, ToolArgumentsError
+from airlock.loop.events import (
     DecisionApplied,
     DecisionSource,
     EventSink,
@@ -24,7 +24,7 @@ from loop.events import (
     ToolExecuted,
     as_sink,
 )
-from loop.gate import (
+from airlock.loop.gate import (
     Denied,
     Refused,
     Runs,
@@ -35,7 +35,7 @@ from loop.gate import (
     settlement,
     shadowed,
 )
-from loop.messages import (
+from airlock.loop.messages import (
     AssistantMessage,
     JsonObject,
     Message,
@@ -45,10 +45,10 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
-from loop.policy.run import RunPolicy
-from loop.results import LoopResult, Outcome, Termination, TraceEntry
-from loop.state import PendingCall, SuspendedRunState, turn_digest
-from loop.tools import Tool, ToolContext, render_result
+from airlock.loop.policy.run import RunPolicy
+from airlock.loop.results import LoopResult, Outcome, Termination, TraceEntry
+from airlock.loop.state import PendingCall, SuspendedRunState, turn_digest
+from airlock.loop.tools import Tool, ToolContext, render_result
 
 
 class ApprovalRequired(Exception):  # noqa: N818 - control flow, not an error

@@ -18,12 +18,12 @@ from typing import Literal
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from loop.canonical import sha256_hex
-from loop.decisions import Approve, Deny
-from loop.errors import StateError, StateVersionError
-from loop.messages import AssistantMessage, JsonObject, Message, Usage
-from loop.policy.verdicts import Judgement
-from loop.results import TraceEntry
+from airlock.loop.canonical import sha256_hex
+from airlock.loop.decisions import Approve, Deny
+from airlock.loop.errors import StateError, StateVersionError
+from airlock.loop.messages import AssistantMessage, JsonObject, Message, Usage
+from airlock.loop.policy.verdicts import Judgement
+from airlock.loop.results import TraceEntry
 
 SCHEMA_VERSION = 3
 

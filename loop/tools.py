@@ -13,8 +13,8 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
 
-from loop.errors import ToolArgumentsError
-from loop.messages import JsonObject
+from airlock.loop.errors import ToolArgumentsError
+from airlock.loop.messages import JsonObject
 
 ToolFunction = Callable[..., JsonValue]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from loop import StateError
-from persistence.db import ConfigurationError
+from airlock.loop import StateError
+from airlock.persistence.db import ConfigurationError
 
 PREFIX = "fernet:"
 _PLAIN = "plain:"

@@ -12,7 +12,7 @@ from sqlalchemy import URL, Engine, NullPool, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from loop.errors import AirlockError
+from airlock.loop.errors import AirlockError
 
 DEFAULT_DATABASE_URL = "sqlite:///./airlock.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000

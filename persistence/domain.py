@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import JsonValue
 
-from loop import Usage
+from airlock.loop import Usage
 
 
 class RunStatus(StrEnum):
@@ -230,7 +230,7 @@ GrantScope = Literal["call", "run"]
 
 @dataclass(frozen=True, slots=True)
 class GrantRecord:
-    """A standing grant (see ``persistence.models.GrantRow``)."""
+    """A standing grant (see ``airlock.persistence.models.GrantRow``)."""
 
     id: str
     agent: str

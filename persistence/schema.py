@@ -19,8 +19,8 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from persistence.db import make_engine, read_only_engine, shown_url, sqlite_file
-from persistence.migrations import alembic_config, upgrade
+from airlock.persistence.db import make_engine, read_only_engine, shown_url, sqlite_file
+from airlock.persistence.migrate import alembic_config, upgrade
 
 UPGRADE = "airlock db upgrade"
 """The command that brings a database to this code's schema."""

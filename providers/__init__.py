@@ -14,8 +14,8 @@ provider's ``retry-after``); the worker's backoff retries them.
 
 from __future__ import annotations
 
-from providers.anthropic import AnthropicModel, anthropic_messages, parse_anthropic
-from providers.openai import OpenAIModel, openai_messages, parse_openai
+from airlock.providers.anthropic import AnthropicModel, anthropic_messages, parse_anthropic
+from airlock.providers.openai import OpenAIModel, openai_messages, parse_openai
 
 __all__ = [
     "AnthropicModel",

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from loop.errors import ModelError
-from loop.messages import (
+from airlock.loop.errors import ModelError
+from airlock.loop.messages import (
     AssistantMessage,
     JsonObject,
     Message,
@@ -19,9 +19,9 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
-from loop.model import ModelResponse
-from loop.tools import ToolSchema
-from providers.http import parse_arguments, post
+from airlock.loop.model import ModelResponse
+from airlock.loop.tools import ToolSchema
+from airlock.providers.http import parse_arguments, post
 
 
 @dataclass

@@ -8,7 +8,7 @@ handshake (nor a new client's set-up, its TLS context: CPU, see BENCHMARKS.md), 
 concurrent calls (segments of a gevent worker) each take a connection of their own.
 The timeout is per call.
 
-The client sends on urllib3's pool (``providers.transport.Urllib3Transport``), not
+The client sends on urllib3's pool (``airlock.providers.transport.Urllib3Transport``), not
 httpcore's, whose CPU per call grows with the calls in flight through one client under
 gevent (measured by ``bench.http_pool``; the figures are in BENCHMARKS.md, W2)."""
 
@@ -21,9 +21,9 @@ import threading
 import httpx
 from pydantic import JsonValue
 
-from loop.errors import ModelError
-from loop.messages import JsonObject
-from providers.transport import Urllib3Transport
+from airlock.loop.errors import ModelError
+from airlock.loop.messages import JsonObject
+from airlock.providers.transport import Urllib3Transport
 
 RETRYABLE = {408, 409, 425, 429}
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
-from loop.errors import ModelError
-from loop.messages import (
+from airlock.loop.errors import ModelError
+from airlock.loop.messages import (
     AssistantMessage,
     JsonObject,
     Message,
@@ -20,9 +20,9 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
-from loop.model import ModelResponse
-from loop.tools import ToolSchema
-from providers.http import parse_arguments, post
+from airlock.loop.model import ModelResponse
+from airlock.loop.tools import ToolSchema
+from airlock.providers.http import parse_arguments, post
 
 
 @dataclass

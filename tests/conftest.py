@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from persistence.db import make_engine
-from persistence.migrations import upgrade
+from airlock.persistence.db import make_engine
+from airlock.persistence.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get(

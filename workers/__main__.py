@@ -1,5 +1,5 @@
-"""``python -m workers``: the ``airlock`` command (see ``workers.cli.launch``)."""
+"""``python -m workers``: the ``airlock`` command (see ``airlock.workers.cli.launch``)."""
 
-from workers.cli.launch import main
+from airlock.workers.cli.launch import main
 
 main()

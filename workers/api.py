@@ -1,5 +1,5 @@
-"""``workers.api:app``, the ASGI app's public name (DESIGN §5). The HTTP door lives in
-``workers.http.api``; the app is built there on first access, not at import."""
+"""``airlock.workers.api:app``, the ASGI app's public name (DESIGN §5). The HTTP door lives in
+``airlock.workers.http.api``; the app is built there on first access, not at import."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from workers.http import api  # noqa: PLC0415 - the door, when asked
+    from airlock.workers.http import api  # noqa: PLC0415 - the door, when asked
 
     if name in ("app", "default_app", "create_app"):
         return getattr(api, name)
-    raise AttributeError(f"module 'workers.api' has no attribute {name!r}")
+    raise AttributeError(f"module 'airlock.workers.api' has no attribute {name!r}")

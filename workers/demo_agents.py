@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from loop import Agent, Effect, ScriptedModel, ToolContext, tool
+from airlock.loop import Agent, Effect, ScriptedModel, ToolContext, tool
 
 
 @tool

@@ -25,11 +25,11 @@ from typing import TypeVar
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
-from persistence.domain import Run, RunStatus
-from workers.service import Service
-from workers.service.broker import RUN_SEGMENT, make_app
-from workers.service.settings import Settings
-from workers.service.wiring import build_service
+from airlock.persistence.domain import Run, RunStatus
+from airlock.workers.service import Service
+from airlock.workers.service.broker import RUN_SEGMENT, make_app
+from airlock.workers.service.settings import Settings
+from airlock.workers.service.wiring import build_service
 
 ROOT = Path(__file__).resolve().parents[1]
 """The folder Airlock's packages are imported from (a checkout's root, for an editable

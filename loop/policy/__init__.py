@@ -5,14 +5,14 @@ Parse with :func:`parse_policy` (given the linear-time engine regex conditions r
 tried did not match, ``lint`` warns of dead rules, ``run_cases`` checks expected verdicts.
 """
 
-from loop.policy.bounds import CompileRegex, Regex
-from loop.policy.cases import CaseResult, run_cases
-from loop.policy.evaluate import CallFacts, Step, decide, judge
-from loop.policy.lint import lint
-from loop.policy.parse import PolicyError, parse_policy
-from loop.policy.rules import Policy, Predicate, Rule
-from loop.policy.run import RunPolicy
-from loop.policy.verdicts import NO_RULE, Judgement, strictest
+from airlock.loop.policy.bounds import CompileRegex, Regex
+from airlock.loop.policy.cases import CaseResult, run_cases
+from airlock.loop.policy.evaluate import CallFacts, Step, decide, judge
+from airlock.loop.policy.lint import lint
+from airlock.loop.policy.parse import PolicyError, parse_policy
+from airlock.loop.policy.rules import Policy, Predicate, Rule
+from airlock.loop.policy.run import RunPolicy
+from airlock.loop.policy.verdicts import NO_RULE, Judgement, strictest
 
 __all__ = [
     "NO_RULE",

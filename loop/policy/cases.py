@@ -10,11 +10,11 @@ from typing import cast
 
 from pydantic import JsonValue
 
-from loop.policy.evaluate import CallFacts, judge
-from loop.policy.locate import Locator
-from loop.policy.parse import PolicyError
-from loop.policy.rules import Policy
-from loop.policy.verdicts import Judgement
+from airlock.loop.policy.evaluate import CallFacts, judge
+from airlock.loop.policy.locate import Locator
+from airlock.loop.policy.parse import PolicyError
+from airlock.loop.policy.rules import Policy
+from airlock.loop.policy.verdicts import Judgement
 
 CASE_KEYS = frozenset(
     {"name", "agent", "tool", "effect", "requester", "metadata", "arguments", "schema"}

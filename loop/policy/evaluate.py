@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop.policy.bounds import matched_text
-from loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
-from loop.policy.prefix import has_prefix
-from loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
-from loop.policy.verdicts import NO_RULE, Judgement, strictest
+from airlock.loop.policy.bounds import matched_text
+from airlock.loop.policy.paths import MissingArgumentError, declared_types, fits, json_type, lookup
+from airlock.loop.policy.prefix import has_prefix
+from airlock.loop.policy.rules import NUMERIC, Policy, Predicate, Rule, in_order
+from airlock.loop.policy.verdicts import NO_RULE, Judgement, strictest
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +169,8 @@ def _compare(predicate: Predicate, value: JsonValue) -> bool:
 
 
 def _text(predicate: Predicate, value: JsonValue) -> bool:
-    """``prefix`` (paths normalised: ``loop.policy.prefix``) and ``regex`` (on the
-    engine given, the text bounded: ``loop.policy.bounds``) on a string."""
+    """``prefix`` (paths normalised: ``airlock.loop.policy.prefix``) and ``regex`` (on the
+    engine given, the text bounded: ``airlock.loop.policy.bounds``) on a string."""
     if not isinstance(value, str):
         raise _Unjudgeable(f"argument {predicate.path} is a {json_type(value)}, not a string")
     try:

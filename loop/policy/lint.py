@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from loop.policy.prefix import surprise
-from loop.policy.rules import Policy, Predicate, Rule, in_order
+from airlock.loop.policy.prefix import surprise
+from airlock.loop.policy.rules import Policy, Predicate, Rule, in_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def lint(policy: Policy) -> list[LintWarning]:
 
 
 def surprises(rule: Rule) -> list[str]:
-    """Its ``prefix`` conditions whose meaning could surprise (``loop.policy.prefix``)."""
+    """Its ``prefix`` conditions whose meaning could surprise (``airlock.loop.policy.prefix``)."""
     found = []
     for p in rule.when:
         why = surprise(p.value) if p.op == "prefix" and isinstance(p.value, str) else None

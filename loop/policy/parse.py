@@ -12,13 +12,13 @@ from typing import cast
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from loop.policy.bounds import MAX_GLOB_LENGTH, CompileRegex, Regex, compile_pattern
-from loop.policy.locate import Locator
-from loop.policy.paths import parse_path
-from loop.policy.prefix import unnormalised
-from loop.policy.rules import EFFECTS, NUMERIC, OPS, Op, Policy, Predicate, Rule
-from loop.policy.verdicts import ExpiryDefault, Verdict
+from airlock.loop.errors import AirlockError
+from airlock.loop.policy.bounds import MAX_GLOB_LENGTH, CompileRegex, Regex, compile_pattern
+from airlock.loop.policy.locate import Locator
+from airlock.loop.policy.paths import parse_path
+from airlock.loop.policy.prefix import unnormalised
+from airlock.loop.policy.rules import EFFECTS, NUMERIC, OPS, Op, Policy, Predicate, Rule
+from airlock.loop.policy.verdicts import ExpiryDefault, Verdict
 
 RULE_KEYS = frozenset(
     {"name", "agent", "tool", "effect", "requester", "metadata", "when", "verdict", "reason"}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
+from airlock.loop.errors import AirlockError
 
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop.policy.bounds import Regex
-from loop.policy.verdicts import ExpiryDefault, Verdict
+from airlock.loop.policy.bounds import Regex
+from airlock.loop.policy.verdicts import ExpiryDefault, Verdict
 
 Op = Literal["==", "!=", "<", "<=", ">", ">=", "in", "prefix", "regex"]
 OPS: tuple[Op, ...] = ("==", "!=", "<", "<=", ">", ">=", "in", "prefix", "regex")

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from loop.policy.evaluate import CallFacts, judge
-from loop.policy.rules import Policy
-from loop.policy.verdicts import Judgement
+from airlock.loop.policy.evaluate import CallFacts, judge
+from airlock.loop.policy.rules import Policy
+from airlock.loop.policy.verdicts import Judgement
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from persistence.db import make_engine
-from persistence.migrations import MIGRATION_LOCK
-from persistence.models import Base
+from airlock.persistence.db import make_engine
+from airlock.persistence.migrate import MIGRATION_LOCK
+from airlock.persistence.models import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):

@@ -15,16 +15,16 @@
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
-``persistence.domain``.
+``airlock.persistence.domain``.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from persistence.crypto import StateCipher
-from persistence.store.beat import BeatJobs
-from persistence.store.common import (
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.store.beat import BeatJobs
+from airlock.persistence.store.common import (
     BadCursorError,
     Clock,
     Event,
@@ -33,21 +33,21 @@ from persistence.store.common import (
     parse_run_id,
     utcnow,
 )
-from persistence.store.connections import Connections
-from persistence.store.context import Context
-from persistence.store.decisions import Decisions, Receipt
-from persistence.store.dialects import statements_for
-from persistence.store.events import Events
-from persistence.store.grants import Grants
-from persistence.store.ledger import Ledger, Prior
-from persistence.store.outbox import OutboxStore
-from persistence.store.queries import Queries
-from persistence.store.retention import Retention
-from persistence.store.retry import RetryPolicy, is_transient
-from persistence.store.runs import Runs
-from persistence.store.sessions import SessionStore, StoredSession
-from persistence.store.throttle import SignInThrottle, Slot
-from persistence.store.transitions import Transitions
+from airlock.persistence.store.connections import Connections
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.decisions import Decisions, Receipt
+from airlock.persistence.store.dialects import statements_for
+from airlock.persistence.store.events import Events
+from airlock.persistence.store.grants import Grants
+from airlock.persistence.store.ledger import Ledger, Prior
+from airlock.persistence.store.outbox import OutboxStore
+from airlock.persistence.store.queries import Queries
+from airlock.persistence.store.retention import Retention
+from airlock.persistence.store.retry import RetryPolicy, is_transient
+from airlock.persistence.store.runs import Runs
+from airlock.persistence.store.sessions import SessionStore, StoredSession
+from airlock.persistence.store.throttle import SignInThrottle, Slot
+from airlock.persistence.store.transitions import Transitions
 
 __all__ = [
     "BadCursorError",

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from persistence.store.context import Context
-from persistence.store.sql import BEAT_JOBS
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import BEAT_JOBS
 
 
 class BeatJobs:

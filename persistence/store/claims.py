@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import bindparam, update
 
-from persistence.domain import CallStatus
-from persistence.store import sql
-from persistence.store.context import Context
+from airlock.persistence.domain import CallStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.context import Context
 
 CALLS = sql.CALLS
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
+from airlock.loop.errors import AirlockError
 
 Clock = Callable[[], datetime]
 Event = tuple[str, dict[str, JsonValue]]

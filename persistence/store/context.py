@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from persistence.crypto import StateCipher
-from persistence.store.common import Clock
-from persistence.store.connections import Connections
-from persistence.store.dialects import Statements
-from persistence.store.retry import RetryPolicy
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.store.common import Clock
+from airlock.persistence.store.connections import Connections
+from airlock.persistence.store.dialects import Statements
+from airlock.persistence.store.retry import RetryPolicy
 
 
 @dataclass(frozen=True)

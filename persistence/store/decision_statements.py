@@ -1,5 +1,5 @@
 """The statements decisions and approvals are made of, and the outcomes they answer
-with when they cannot be applied (``persistence.store.decisions`` uses them)."""
+with when they cannot be applied (``airlock.persistence.store.decisions`` uses them)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pydantic import JsonValue
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from loop.canonical import sha256_hex
-from persistence.crypto import StateCipher
-from persistence.domain import DecisionOutcome, DecisionRecord
-from persistence.store import sql
+from airlock.loop.canonical import sha256_hex
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import DecisionOutcome, DecisionRecord
+from airlock.persistence.store import sql
 
 RUNS, APPROVALS, SESSIONS = sql.RUNS, sql.APPROVALS, sql.SESSIONS
 

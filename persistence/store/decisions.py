@@ -11,11 +11,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from persistence.domain import ApprovalRecord, DecisionOutcome, DecisionRecord, RunStatus
-from persistence.store import sql
-from persistence.store.common import Event, parse_run_id
-from persistence.store.context import Context
-from persistence.store.decision_statements import (
+from airlock.persistence.domain import ApprovalRecord, DecisionOutcome, DecisionRecord, RunStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.decision_statements import (
     APPROVERS,
     LOCK_WAITING,
     REPLACE_MINE,
@@ -28,8 +28,8 @@ from persistence.store.decision_statements import (
     signed_in,
     to_decision,
 )
-from persistence.store.dialects import Writes
-from persistence.store.retry import retried
+from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.retry import retried
 
 RUNS, DECISIONS, APPROVALS, RECEIPTS = sql.RUNS, sql.DECISIONS, sql.APPROVALS, sql.RECEIPTS
 SESSIONS = sql.SESSIONS

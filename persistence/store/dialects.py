@@ -19,11 +19,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.sql.dml import Insert, Update
 
-from persistence.crypto import StateCipher
-from persistence.domain import CallRecord
-from persistence.store import sql
-from persistence.store.common import Clock, Event
-from persistence.store.connections import Connections
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import CallRecord
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Clock, Event
+from airlock.persistence.store.connections import Connections
 
 Build = Callable[[], Update]
 

@@ -10,14 +10,14 @@ from sqlalchemy import Select, Text, Uuid, and_, any_, bindparam, cast, or_, sel
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
-from loop import StateError, Usage
-from persistence.domain import CallRecord, RunEvent, RunStatus, StreamHead
-from persistence.store import sql
-from persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
-from persistence.store.context import Context
-from persistence.store.dialects import Writes
-from persistence.store.retry import retried
-from persistence.store.runs import Runs
+from airlock.loop import StateError, Usage
+from airlock.persistence.domain import CallRecord, RunEvent, RunStatus, StreamHead
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, LeaseLostError, UnknownRunError, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.retry import retried
+from airlock.persistence.store.runs import Runs
 
 RUNS, EVENTS = sql.RUNS, sql.EVENTS
 

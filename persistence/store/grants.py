@@ -14,15 +14,15 @@ from pydantic import JsonValue
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
-from loop import SuspendedRunState
-from persistence.domain import CallRecord, DecisionRecord, GrantRecord, Release
-from persistence.store import sql
-from persistence.store.common import Event, parse_run_id
-from persistence.store.context import Context
-from persistence.store.dialects import Writes
-from persistence.store.guards import RUNNING, Guard, landed
-from persistence.store.retry import retried, retrying
-from persistence.store.transitions import Transitions
+from airlock.loop import SuspendedRunState
+from airlock.persistence.domain import CallRecord, DecisionRecord, GrantRecord, Release
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.guards import RUNNING, Guard, landed
+from airlock.persistence.store.retry import retried, retrying
+from airlock.persistence.store.transitions import Transitions
 
 GRANTS, DECISIONS, RUNS = sql.GRANTS, sql.DECISIONS, sql.RUNS
 

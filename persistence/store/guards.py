@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, select
 
-from persistence.domain import RunStatus
-from persistence.store import sql
-from persistence.store.common import parse_run_id
-from persistence.store.context import Context
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import parse_run_id
+from airlock.persistence.store.context import Context
 
 RUNS = sql.RUNS
 

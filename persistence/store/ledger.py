@@ -13,14 +13,14 @@ from pydantic import JsonValue
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from loop import Usage
-from persistence.crypto import StateCipher
-from persistence.domain import CallRecord, CallStatus, LedgerEntry
-from persistence.store import sql
-from persistence.store.common import Event, LeaseLostError
-from persistence.store.context import Context
-from persistence.store.events import Events
-from persistence.store.retry import retried, retrying
+from airlock.loop import Usage
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import CallRecord, CallStatus, LedgerEntry
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, LeaseLostError
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.events import Events
+from airlock.persistence.store.retry import retried, retrying
 
 CALLS = sql.CALLS
 

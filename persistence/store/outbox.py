@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
-from persistence.store.context import Context
-from persistence.store.sql import OUTBOX, new_notification
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import OUTBOX, new_notification
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, or_, select
 
-from persistence.domain import TERMINAL, Page, Run, RunStatus, WaitingMark
-from persistence.store import sql
-from persistence.store.common import BadCursorError
-from persistence.store.context import Context
-from persistence.store.runs import Runs
+from airlock.persistence.domain import TERMINAL, Page, Run, RunStatus, WaitingMark
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import BadCursorError
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.runs import Runs
 
 RUNS = sql.RUNS
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from sqlalchemy import delete, or_, select
 
-from persistence.domain import TERMINAL
-from persistence.store.context import Context
-from persistence.store.sql import GRANTS, RUNS
+from airlock.persistence.domain import TERMINAL
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import GRANTS, RUNS
 
 
 class Retention:

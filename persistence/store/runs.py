@@ -11,13 +11,13 @@ from pydantic import JsonValue
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from loop import StateError, SuspendedRunState, Usage
-from persistence.crypto import SEALED_MARKS
-from persistence.domain import Claim, Run, RunStatus
-from persistence.store import sql
-from persistence.store.common import Event, UnknownRunError, parse_run_id
-from persistence.store.context import Context
-from persistence.store.retry import retried
+from airlock.loop import StateError, SuspendedRunState, Usage
+from airlock.persistence.crypto import SEALED_MARKS
+from airlock.persistence.domain import Claim, Run, RunStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.common import Event, UnknownRunError, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.retry import retried
 
 
 class Runs:

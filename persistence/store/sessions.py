@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from pydantic import JsonValue
 from sqlalchemy import delete, insert, select
 
-from persistence.store.context import Context
-from persistence.store.sql import SESSIONS
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import SESSIONS
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,9 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
 from sqlalchemy.sql.selectable import CTE, FromClause, ScalarSelect
 
-from persistence.crypto import StateCipher
-from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.models import (
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import CallRecord, CallStatus, RunStatus
+from airlock.persistence.models import (
     AgentRun,
     ApprovalRow,
     BeatJobRow,
@@ -43,7 +43,7 @@ from persistence.models import (
     ToolCallRow,
     WebhookReceiptRow,
 )
-from persistence.store.common import Event
+from airlock.persistence.store.common import Event
 
 RUNS = cast(Table, AgentRun.__table__)
 DECISIONS = cast(Table, DecisionRow.__table__)

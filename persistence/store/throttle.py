@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import case, delete, or_, select, update
 
-from persistence.store.context import Context
-from persistence.store.sql import FAILURES
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.sql import FAILURES
 
 
 @dataclass(frozen=True, slots=True)

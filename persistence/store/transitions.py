@@ -13,15 +13,15 @@ from sqlalchemy import bindparam, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Update
 
-from loop import StateError, SuspendedRunState, Usage
-from persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
-from persistence.store import sql
-from persistence.store.claims import ClaimAttempt
-from persistence.store.common import Event, parse_run_id
-from persistence.store.context import Context
-from persistence.store.dialects import Writes
-from persistence.store.guards import RUNNING, Guard, landed
-from persistence.store.retry import retrying
+from airlock.loop import StateError, SuspendedRunState, Usage
+from airlock.persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
+from airlock.persistence.store import sql
+from airlock.persistence.store.claims import ClaimAttempt
+from airlock.persistence.store.common import Event, parse_run_id
+from airlock.persistence.store.context import Context
+from airlock.persistence.store.dialects import Writes
+from airlock.persistence.store.guards import RUNNING, Guard, landed
+from airlock.persistence.store.retry import retrying
 
 RUNS = sql.RUNS
 RENEW_CHUNK = 500

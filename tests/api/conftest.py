@@ -12,15 +12,15 @@ import pytest
 from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
-from persistence.db import make_engine
-from persistence.store import RunStore
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.http.api import create_app
+from airlock.workers.service import Service
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.settings import Settings
+from airlock.workers.testing import SECRET, TOKEN
 from tests.issuer import Issuer
-from workers.http.api import create_app
-from workers.service import Service
-from workers.service.policy_file import PolicyHolder
-from workers.service.registry import Registry
-from workers.service.settings import Settings
-from workers.testing import SECRET, TOKEN
 
 OLD_SECRET = "whsec_" + base64.b64encode(b"airlock-old-secret-0123456789abc").decode()
 

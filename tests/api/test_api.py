@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.views import EventPage, RunPage, RunView
+from airlock.workers.testing import SECRET
 from tests.api.conftest import OLD_SECRET, Api
-from workers.service.principals import Principal
-from workers.service.views import EventPage, RunPage, RunView
-from workers.testing import SECRET
 
 OPERATOR = Principal.trusted("test")
 

@@ -8,9 +8,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from persistence.migrations import upgrade as migrate
+from airlock.persistence.migrate import upgrade as migrate
+from airlock.workers.testing import TOKEN
 from tests.api.conftest import make_api
-from workers.testing import TOKEN
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from airlock.workers.http import issuer_keys
+from airlock.workers.testing import TOKEN
 from tests.api.conftest import Api, make_api
 from tests.api.test_api import problem
 from tests.issuer import Issuer
-from workers.http import issuer_keys
-from workers.testing import TOKEN
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -98,7 +98,7 @@ def test_one_unreadable_checkpoint_breaks_only_its_own_run(api: Api) -> None:
 
     from sqlalchemy import update
 
-    from persistence.store.sql import RUNS
+    from airlock.persistence.store.sql import RUNS
 
     bad, good = api.waiting(), api.waiting()
     with api.service.store.engine.begin() as conn:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
 from tests.api.conftest import Api, make_api
 from tests.api.test_principals import PAYMENTS_SECRET, by_token, events, problem, state_of
 from tests.issuer import Issuer
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
 
 TREASURY_SECRET = "whsec_" + base64.b64encode(b"treasury-desk-secret-012345678").decode()
 GRANT = {"scope": "call", "expires_in": "1h"}

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from airlock.workers.http.inbox.pages import CSP
+from airlock.workers.service.sessions import PER_ADDRESS, PER_ADDRESS_NAME, WINDOW
+from airlock.workers.testing import TOKEN
 from tests.api.conftest import Api, make_api
 from tests.integration.agents import HOSTILE_BODY
 from tests.issuer import Issuer, new_key
-from workers.http.inbox.pages import CSP
-from workers.service.sessions import PER_ADDRESS, PER_ADDRESS_NAME, WINDOW
-from workers.testing import TOKEN
 
 
 @pytest.fixture
@@ -261,8 +261,8 @@ def test_no_cookie_key_is_derived_from_the_webhook_secret(db_url: str, issuer: I
 
     from itsdangerous import URLSafeTimedSerializer
 
+    from airlock.workers.testing import SECRET
     from tests.api.conftest import OLD_SECRET
-    from workers.testing import SECRET
 
     api = make_api(db_url, api_token=None, **issuer.settings())
     try:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from workers.tasks.notify import READ_LIMIT, DeliveryError, deliver, refusal
-from workers.testing import SECRET, wait_for
+from airlock.workers.tasks.notify import READ_LIMIT, DeliveryError, deliver, refusal
+from airlock.workers.testing import SECRET, wait_for
 
 
 class Receiver(ThreadingHTTPServer):

@@ -15,10 +15,10 @@ import jwt
 import pytest
 from sqlalchemy import text
 
+from airlock.workers.http import issuer_keys
+from airlock.workers.testing import SECRET, TOKEN
 from tests.api.conftest import Api, make_api
 from tests.issuer import Issuer, new_key
-from workers.http import issuer_keys
-from workers.testing import SECRET, TOKEN
 
 PAYMENTS_SECRET = "whsec_" + base64.b64encode(b"payments-desk-secret-0123456789").decode()
 TREASURY = ["treasury"]
@@ -466,7 +466,7 @@ def test_an_edit_counts_only_with_approvals_of_the_same_arguments(api: Api, issu
 
 
 def test_a_withdrawn_approval_no_longer_counts(api: Api, issuer: Issuer) -> None:
-    from workers.service.principals import Principal
+    from airlock.workers.service.principals import Principal
 
     view = api.waiting("four_eyes")
     run_id, digest = view["id"], view["pending"]["turn_digest"]
@@ -480,7 +480,7 @@ def test_a_withdrawn_approval_no_longer_counts(api: Api, issuer: Issuer) -> None
     assert withdrawn["withdrawn"] is True and withdrawn["principal"] == "alice"
     again = by_token(api, run_id, approve(digest), issuer.bearer("bob", TREASURY))
     assert again.status_code == 200 and again.json()["approved_by"] == ["bob"]
-    from workers.service import ConflictError
+    from airlock.workers.service import ConflictError
 
     with pytest.raises(ConflictError, match="no approval of this turn"):
         api.service.withdraw_approval(run_id, digest, alice)

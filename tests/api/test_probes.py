@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from airlock.workers.testing import free_port
 from tests.api.conftest import make_api
 from tests.conftest import POSTGRES_URL
-from workers.testing import free_port
 
 UPGRADE = "airlock db upgrade"
 NEVER = {"last_run_at": None, "age_seconds": None, "stale_after_seconds": 60.0}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
 from tests.api.conftest import Api, make_api
 from tests.api.test_principals import events, problem, state_of
 from tests.issuer import Issuer

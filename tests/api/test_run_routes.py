@@ -1,6 +1,6 @@
 """``GET /v1/runs/{id}``, ``POST /v1/runs`` and ``POST /v1/runs/{id}/approval``, the
 requests every run makes, on the app's one router (the poll and the approval are its
-plain routes, ``workers.http.api.PlainRoute``): the same status, type and body as the
+plain routes, ``airlock.workers.http.api.PlainRoute``): the same status, type and body as the
 run's view and FastAPI's refusals, for every kind of id, body and caller. And
 FastAPI's telemetry is decided once, when the app is built."""
 
@@ -13,11 +13,11 @@ import pytest
 from fastapi.routing import APIRoute
 from opentelemetry import trace
 
+from airlock.workers.http import api as api_module
+from airlock.workers.http.problems import SafeJSONResponse
+from airlock.workers.service.views import run_view
+from airlock.workers.testing import TOKEN
 from tests.api.conftest import Api, make_api
-from workers.http import api as api_module
-from workers.http.problems import SafeJSONResponse
-from workers.service.views import run_view
-from workers.testing import TOKEN
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from persistence.db import make_engine
-from persistence.migrations import alembic_config, upgrade
-from persistence.models import Base
+from airlock.persistence.db import make_engine
+from airlock.persistence.migrate import alembic_config, upgrade
+from airlock.persistence.models import Base
 from tests.api.conftest import Api, make_api
 from tests.conftest import POSTGRES_URL
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from workers.testing import Process, free_port, wait_for
+from airlock.workers.testing import Process, free_port, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"airlock-served-secret-0123456789").decode()
 TOKEN = "served-token-0123456789"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from airlock.workers.testing import TOKEN, wait_for
 from tests.api.conftest import Api, make_api
 from tests.issuer import Issuer, new_key
 from tests.sse import Frame, frames, parse
-from workers.testing import TOKEN, wait_for
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 PROBLEM = "application/problem+json"

@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from persistence.db import make_engine
-from persistence.domain import RunStatus
-from persistence.store import RunStore
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.testing import Process, free_port, wait_for
 from tests.docs.readme import working_in
-from workers.testing import Process, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
@@ -31,7 +31,7 @@ TOKEN = "agents-here-token-0123"
 SECRET = "whsec_" + base64.b64encode(b"agents-here-secret-0123456789abc").decode()
 
 MYAGENTS = '''
-from loop import Agent, Effect, ScriptedModel, tool
+from airlock.loop import Agent, Effect, ScriptedModel, tool
 
 
 @tool(effect=Effect.WRITE)

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from persistence.db import make_engine
-from persistence.domain import RunStatus
-from persistence.store import RunStore
-from workers.service import Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.service.registry import Registry
-from workers.service.views import event_summary, event_view
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.views import event_summary, event_view
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ import pytest
 import typer.main
 import yaml
 
-from persistence.db import ConfigurationError
-from workers.cli.commands import app
-from workers.service.settings import Settings
+from airlock.persistence.db import ConfigurationError
+from airlock.workers.cli.commands import app
+from airlock.workers.service.settings import Settings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 
@@ -135,7 +135,7 @@ def _default(value: object) -> str:
 
 
 def test_secrets_have_no_public_defaults_and_the_api_is_local() -> None:
-    from workers.service.settings import check_secrets
+    from airlock.workers.service.settings import check_secrets
 
     for name in ("api", "worker", "notifier", "beat"):
         env = services()[name]["environment"]

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from persistence.migrations import upgrade
+from airlock.persistence.migrate import upgrade
+from airlock.workers.cli.demo import dev_secrets, free_port, poll
 from tests.cli.test_cli import airlock, clean_env
-from workers.cli.demo import dev_secrets, free_port, poll
 
 TOKEN = "AIRLOCK_API_TOKEN"
 SECRET = "AIRLOCK_WEBHOOK_SECRET"

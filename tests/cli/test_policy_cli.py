@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from persistence.db import make_engine
-from persistence.store import RunStore
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Service
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.registry import Registry
 from tests.cli.test_cli import ROOT, airlock, clean_env
-from workers.service import Service
-from workers.service.policy_file import PolicyHolder
-from workers.service.registry import Registry
 
 EXAMPLE = ROOT / "examples" / "policy.toml"
 CASES = ROOT / "examples" / "policy_cases.toml"

@@ -14,7 +14,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
-from persistence.migrations import alembic_config, upgrade
+from airlock.persistence.migrate import alembic_config, upgrade
 from tests.cli.test_cli import airlock, clean_env
 from tests.conftest import POSTGRES_URL
 
@@ -90,10 +90,10 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
 ) -> None:
     """Checked ready, then the tables went (dropped, restored) before the command read
     them: a line and exit 3 still, not a traceback."""
-    from workers.cli import app as cli_app
-    from workers.cli import commands as cli
-    from workers.service import wiring
-    from workers.service.settings import settings
+    from airlock.workers.cli import app as cli_app
+    from airlock.workers.cli import commands as cli
+    from airlock.workers.service import wiring
+    from airlock.workers.service.settings import settings
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from pydantic import JsonValue
 
-from loop import ApprovalRequired, SuspendedRunState, ToolLoop
-from persistence.domain import Run
-from persistence.store import RunStore
+from airlock.loop import ApprovalRequired, SuspendedRunState, ToolLoop
+from airlock.persistence.domain import Run
+from airlock.persistence.store import RunStore
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 LEASE = timedelta(seconds=30)

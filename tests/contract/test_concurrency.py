@@ -15,9 +15,9 @@ import pytest
 from pydantic import JsonValue
 from sqlalchemy import Engine, event
 
-from persistence.db import make_engine
-from persistence.domain import DecisionOutcome, RunStatus
-from persistence.store import Event, RunStore
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import DecisionOutcome, RunStatus
+from airlock.persistence.store import Event, RunStore
 from tests.contract.helpers import APPROVE, DENY, LEASE, waiting_run
 
 T = TypeVar("T")

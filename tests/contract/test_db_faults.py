@@ -11,16 +11,16 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from loop import Approve
-from persistence.db import make_engine
-from persistence.domain import CallStatus, RunStatus
-from persistence.store import RetryPolicy, RunStore
+from airlock.loop import Approve
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import CallStatus, RunStatus
+from airlock.persistence.store import RetryPolicy, RunStore
+from airlock.workers.service import Limits, Outcome, SegmentInterruptedError, Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry
 from tests.db_faults import ConnectionKiller, Pick
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
-from workers.service import Limits, Outcome, SegmentInterruptedError, Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.service.registry import Registry
 
 pytestmark = pytest.mark.postgres
 

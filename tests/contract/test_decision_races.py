@@ -25,16 +25,16 @@ import pytest
 from pydantic import JsonValue
 from sqlalchemy import Engine, event
 
-from loop import Agent, Effect, ExpiryAction, ScriptedModel, tool
-from loop.state import PendingCall, turn_digest
-from persistence.crypto import StateCipher
-from persistence.domain import RunStatus
-from persistence.store import RunStore
+from airlock.loop import Agent, Effect, ExpiryAction, ScriptedModel, tool
+from airlock.loop.state import PendingCall, turn_digest
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.service import ConflictError, Limits, Outcome, Service
+from airlock.workers.service.decisions import CallDecisionBody, DecisionBody
+from airlock.workers.service.principals import ForbiddenError, Principal
+from airlock.workers.service.registry import Registry
 from tests.conftest import FakeClock
-from workers.service import ConflictError, Limits, Outcome, Service
-from workers.service.decisions import CallDecisionBody, DecisionBody
-from workers.service.principals import ForbiddenError, Principal
-from workers.service.registry import Registry
 
 TREASURY = frozenset({"treasury"})
 ISSUER = "https://issuer.test"

@@ -15,7 +15,7 @@ import pytest
 from pydantic import JsonValue
 from sqlalchemy import Engine, event
 
-from loop import (
+from airlock.loop import (
     Agent,
     Approve,
     Ask,
@@ -29,18 +29,18 @@ from loop import (
     ToolContext,
     tool,
 )
-from loop.messages import AssistantMessage, JsonObject, Message, ToolCall, Usage
-from loop.tools import ToolSchema
-from persistence.crypto import StateCipher
-from persistence.db import make_engine
-from persistence.domain import CallStatus, RunStatus
-from persistence.store import RunStore
+from airlock.loop.messages import AssistantMessage, JsonObject, Message, ToolCall, Usage
+from airlock.loop.tools import ToolSchema
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import CallStatus, RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.service import ConflictError, Limits, Outcome, Service
+from airlock.workers.service.decisions import CallDecisionBody, DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.views import run_view
 from tests.conftest import FakeClock
-from workers.service import ConflictError, Limits, Outcome, Service
-from workers.service.decisions import CallDecisionBody, DecisionBody
-from workers.service.principals import Principal
-from workers.service.registry import Registry
-from workers.service.views import run_view
 
 OPERATOR = Principal.trusted("test")
 
@@ -299,7 +299,7 @@ def test_an_approval_for_one_run_cannot_release_another_runs_equal_turn(engine: 
 
 
 def expiring(engine: Engine, clock: FakeClock, action: str) -> tuple[Service, str, str]:
-    from loop import ExpiryAction
+    from airlock.loop import ExpiryAction
 
     agent = Agent(
         name="expiring",
@@ -510,7 +510,7 @@ def test_with_a_key_no_prompt_or_tool_data_is_stored_in_clear(engine: Engine) ->
 def test_a_run_sealed_with_a_dropped_key_is_reported_on_its_own(engine: Engine) -> None:
     from cryptography.fernet import Fernet
 
-    from persistence.crypto import StateCipher
+    from airlock.persistence.crypto import StateCipher
 
     ran: list[str] = []
     old = RunStore(engine, cipher=StateCipher(Fernet.generate_key().decode()))
@@ -597,7 +597,7 @@ def test_a_segment_taken_over_after_its_write_ahead_starts_no_call(
 
 
 def test_start_call_under_a_lease_it_does_not_hold_records_nothing(engine: Engine) -> None:
-    from persistence.store import LeaseLostError
+    from airlock.persistence.store import LeaseLostError
 
     repo = RunStore(engine)
     run, _ = repo.runs.create("a", "go")

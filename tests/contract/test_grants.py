@@ -20,7 +20,7 @@ import pytest
 from pydantic import JsonValue, ValidationError
 from sqlalchemy import Engine, event
 
-from loop import (
+from airlock.loop import (
     AssistantMessage,
     DecisionError,
     Effect,
@@ -31,16 +31,16 @@ from loop import (
     UserMessage,
     tool,
 )
-from loop.agent import Agent
-from loop.messages import Message
-from loop.tools import ToolSchema
-from persistence.crypto import StateCipher
-from persistence.domain import RunStatus
-from persistence.store import RunStore
+from airlock.loop.agent import Agent
+from airlock.loop.messages import Message
+from airlock.loop.tools import ToolSchema
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.service import ConflictError, ForbiddenError, Limits, Principal, Service
+from airlock.workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
+from airlock.workers.service.registry import Registry
 from tests.conftest import FakeClock
-from workers.service import ConflictError, ForbiddenError, Limits, Principal, Service
-from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
-from workers.service.registry import Registry
 
 ISSUER = "https://issuer.test"
 ALICE = Principal(id="alice", method="oidc", roles=frozenset({"support"}), issuer=ISSUER)

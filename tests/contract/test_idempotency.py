@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
-from persistence.domain import Run
-from persistence.store import RunStore
-from persistence.store.sql import RUNS
-from workers.service import IdempotencyMismatchError, Service
-from workers.service.registry import Registry
+from airlock.persistence.domain import Run
+from airlock.persistence.store import RunStore
+from airlock.persistence.store.sql import RUNS
+from airlock.workers.service import IdempotencyMismatchError, Service
+from airlock.workers.service.registry import Registry
 
 
 @pytest.fixture

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from loop import Agent, ScriptedModel
-from persistence.domain import RunStatus
-from persistence.store import RunStore
+from airlock.loop import Agent, ScriptedModel
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.workers.service import Outcome
+from airlock.workers.service.keeper import Keeper
 from tests.contract.test_service import (
     BeforeSecondCall,
     Ticks,
@@ -21,8 +23,6 @@ from tests.contract.test_service import (
     let_time_pass,
     peek_then_poke,
 )
-from workers.service import Outcome
-from workers.service.keeper import Keeper
 
 LEASE_WARNINGS = ("lease", "lost the run")
 

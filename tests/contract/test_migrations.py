@@ -11,8 +11,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
-from persistence.migrations import alembic_config
-from persistence.models import Base
+from airlock.persistence.migrate import alembic_config
+from airlock.persistence.models import Base
 
 
 def diff(engine: Engine) -> list[object]:
@@ -95,9 +95,9 @@ def test_migrators_that_start_at_once_take_turns(postgres_template: str) -> None
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from persistence.migrations import MIGRATION_LOCK
+    from airlock.persistence.migrate import MIGRATION_LOCK
+    from airlock.workers.testing import ROOT, wait_for
     from tests.conftest import POSTGRES_URL
-    from workers.testing import ROOT, wait_for
 
     name = f"airlock_race_{uuid.uuid4().hex[:12]}"
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")

@@ -15,20 +15,20 @@ from cryptography.fernet import Fernet
 from pydantic import JsonValue
 from sqlalchemy import Engine, select
 
-from loop import Agent, ScriptedModel
-from persistence.crypto import StateCipher
-from persistence.domain import RunStatus
-from persistence.store import RunStore
-from persistence.store.sql import OUTBOX
+from airlock.loop import Agent, ScriptedModel
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore
+from airlock.persistence.store.sql import OUTBOX
+from airlock.workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry
+from airlock.workers.tasks.notify import Delivery, DeliveryError, deliver_due
 from tests.api.test_notify import Receiver as HttpReceiver
 from tests.api.test_notify import serving
 from tests.conftest import FakeClock
 from tests.contract.test_gate import WRITE_THEN_ANSWER, gated_tools
-from workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.service.registry import Registry
-from workers.tasks.notify import Delivery, DeliveryError, deliver_due
 
 OPERATOR = Principal.trusted("test")
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from persistence.db import make_engine
-from persistence.domain import RunStatus
-from persistence.store import RunStore, utcnow
-from workers.service import Service
-from workers.service.policy_file import PolicyHolder
-from workers.service.registry import Registry
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.store import RunStore, utcnow
+from airlock.workers.service import Service
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.registry import Registry
 
 POLICY = """
 [[rules]]

@@ -13,11 +13,11 @@ from pydantic import JsonValue
 from sqlalchemy import Engine, text, update
 from sqlalchemy.exc import OperationalError, StatementError
 
-from loop import StateError, Usage
-from persistence.crypto import StateCipher
-from persistence.db import make_engine
-from persistence.domain import CallRecord, CallStatus, RunStatus
-from persistence.store import (
+from airlock.loop import StateError, Usage
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.db import make_engine
+from airlock.persistence.domain import CallRecord, CallStatus, RunStatus
+from airlock.persistence.store import (
     BadCursorError,
     Event,
     LeaseLostError,
@@ -27,7 +27,7 @@ from persistence.store import (
     RunStore,
     UnknownRunError,
 )
-from persistence.store.sql import RUNS
+from airlock.persistence.store.sql import RUNS
 from tests.conftest import FakeClock
 from tests.contract.helpers import (
     APPROVE,
@@ -61,8 +61,8 @@ def test_a_run_read_by_id_is_the_run_sqlalchemy_reads(repo: RunStore) -> None:
     """``get`` reads through the driver on PostgreSQL (a poll's statement): every column
     comes back as SQLAlchemy's own types would give it (text that needed escaping,
     JSON, aware timestamps, the waiting checkpoint)."""
-    from persistence.store.runs import to_run
-    from persistence.store.sql import RUN_BY_ID
+    from airlock.persistence.store.runs import to_run
+    from airlock.persistence.store.sql import RUN_BY_ID
 
     run, state = waiting_run(repo)
     with repo.engine.begin() as conn:
@@ -772,7 +772,7 @@ def test_postgres_connections_time_out_and_keep_alive(postgres_url: str) -> None
     """A hung socket must not stop a process's lease renewals for hours: connections
     carry a connect timeout, TCP keepalives and a TCP user timeout, unless the URL
     says otherwise."""
-    from persistence.db import make_engine
+    from airlock.persistence.db import make_engine
 
     for url, idle in ((postgres_url, "20"), (f"{postgres_url}?keepalives_idle=7", "7")):
         engine = make_engine(url)

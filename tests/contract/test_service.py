@@ -11,7 +11,7 @@ from pydantic import JsonValue
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
-from loop import (
+from airlock.loop import (
     Agent,
     Approve,
     Effect,
@@ -24,21 +24,21 @@ from loop import (
     ToolOutcome,
     tool,
 )
-from loop.events import ModelCalled
-from loop.messages import Message, Usage
-from loop.tools import ToolSchema
-from persistence.domain import CallStatus, RunStatus
-from persistence.store import RunStore, utcnow
+from airlock.loop.events import ModelCalled
+from airlock.loop.messages import Message, Usage
+from airlock.loop.tools import ToolSchema
+from airlock.persistence.domain import CallStatus, RunStatus
+from airlock.persistence.store import RunStore, utcnow
+from airlock.workers.service import ConflictError, Limits, Outcome, SegmentInterruptedError, Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.events import Pending, RunEventSink
+from airlock.workers.service.keeper import Keeper
+from airlock.workers.service.ledger import LedgerExecutor
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry
 from tests.conftest import FakeClock
 from tests.contract.helpers import sent_to_postgres
 from tests.integration.agents import AGENTS, lookup, send_email, w1
-from workers.service import ConflictError, Limits, Outcome, SegmentInterruptedError, Service
-from workers.service.decisions import DecisionBody
-from workers.service.events import Pending, RunEventSink
-from workers.service.keeper import Keeper
-from workers.service.ledger import LedgerExecutor
-from workers.service.principals import Principal
-from workers.service.registry import Registry
 
 OPERATOR = Principal.trusted("test")
 
@@ -245,8 +245,8 @@ def test_expiry_cancel_and_deny(engine: Engine) -> None:
 
 @pytest.mark.parametrize("body", [{"decision": "edit"}, {"decision": "approve", "arguments": {}}])
 def test_edit_needs_arguments(engine: Engine, body: dict[str, Any]) -> None:
-    from loop import DecisionError
-    from workers.service.decisions import CallDecisionBody
+    from airlock.loop import DecisionError
+    from airlock.workers.service.decisions import CallDecisionBody
 
     service, _ = make_service(engine)
     run, _ = service.start_run("w1", "x")

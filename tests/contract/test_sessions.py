@@ -12,11 +12,10 @@ import pytest
 from pydantic import JsonValue
 from sqlalchemy import Engine, text
 
-from persistence.db import make_engine
-from persistence.store import RunStore
-from tests.conftest import FakeClock
-from workers.service.principals import Principal
-from workers.service.sessions import (
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RunStore
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.sessions import (
     PER_ADDRESS,
     Credentials,
     Proved,
@@ -25,6 +24,7 @@ from workers.service.sessions import (
     ThrottledError,
     source_of,
 )
+from tests.conftest import FakeClock
 
 WINDOW = timedelta(minutes=5)
 PRINCIPAL: dict[str, JsonValue] = {

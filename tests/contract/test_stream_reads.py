@@ -8,9 +8,9 @@ import uuid
 
 from sqlalchemy import Engine, update
 
-from persistence.domain import RunStatus, StreamHead
-from persistence.store import RunStore
-from persistence.store.sql import RUNS
+from airlock.persistence.domain import RunStatus, StreamHead
+from airlock.persistence.store import RunStore
+from airlock.persistence.store.sql import RUNS
 from tests.conftest import FakeClock
 
 

@@ -16,13 +16,13 @@ from contextlib import suppress
 import pytest
 from sqlalchemy import Engine
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service import ConflictError, Outcome, Service
+from airlock.workers.service.decisions import CallDecisionBody
+from airlock.workers.service.principals import Principal
 from tests.api.conftest import Api, make_api
 from tests.conftest import FakeClock
 from tests.contract.test_decision_races import approve, deny, first_digest, make_service
-from workers.service import ConflictError, Outcome, Service
-from workers.service.decisions import CallDecisionBody
-from workers.service.principals import Principal
 
 TREASURY = frozenset({"treasury"})
 

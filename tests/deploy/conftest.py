@@ -20,9 +20,9 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from airlock.workers.testing import Process, wait_for
 from tests.conftest import IN_CI, POSTGRES_URL, ROOT
 from tests.integration.conftest import SHARED_REDIS
-from workers.testing import Process, wait_for
 
 SOURCES = ("pyproject.toml", "README.md", "loop", "persistence", "providers", "workers")
 """What the Dockerfile's first stage copies to build the wheel: nothing else."""

@@ -22,9 +22,9 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from airlock.workers.testing import free_port
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run
-from workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 

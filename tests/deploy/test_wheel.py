@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from airlock.workers.testing import free_port
 from tests.conftest import ROOT
 from tests.deploy.conftest import Processes, bare_env, run, wait_for
-from workers.testing import free_port
 
 pytestmark = pytest.mark.deploy
 
@@ -30,7 +30,7 @@ AGENTS = '''
 """Agents of the deploy test: a module in the folder the commands run from."""
 from datetime import timedelta
 
-from loop import Agent, Effect, ExpiryAction, ScriptedModel, tool
+from airlock.loop import Agent, Effect, ExpiryAction, ScriptedModel, tool
 
 
 @tool

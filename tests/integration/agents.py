@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from loop import (
+from airlock.loop import (
     Agent,
     Approve,
     Effect,
@@ -23,7 +23,7 @@ from loop import (
     ToolContext,
     tool,
 )
-from loop.messages import (
+from airlock.loop.messages import (
     AssistantMessage,
     Message,
     ToolCall,
@@ -31,7 +31,7 @@ from loop.messages import (
     Usage,
     UserMessage,
 )
-from loop.tools import ToolSchema
+from airlock.loop.tools import ToolSchema
 
 
 def _record(name: str, ctx: ToolContext) -> None:

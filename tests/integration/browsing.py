@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN, Stack
 from tests.integration.conftest import StackFactory
-from workers.testing import SECRET, TOKEN, Stack
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from airlock.workers.testing import Stack
 from tests.conftest import IN_CI, migrate
-from workers.testing import Stack
 
 REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 # the integration tests' own database number on the shared Redis (another for a parallel

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from loop import Agent
+from airlock.loop import Agent
 from tests.db_faults import ConnectionKiller, Pick
 
 

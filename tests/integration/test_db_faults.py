@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
 from tests.integration.conftest import StackFactory
 from tests.integration.test_workers import approve, send_key
 

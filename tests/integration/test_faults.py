@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from persistence.domain import RunStatus
-from persistence.migrations import upgrade as migrate
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.migrate import upgrade as migrate
+from airlock.workers.testing import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 from tests.integration.conftest import StackFactory
 from tests.integration.test_workers import approve, send_key
-from workers.testing import PrivatePostgres, PrivateRedis, Stack, postgres_bin, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +168,7 @@ def test_a_gevent_worker_answers_remote_control_after_a_redis_restart(
 ) -> None:
     """``airlock worker`` (gevent, the default on Redis) keeps answering remote control
     (``celery inspect ping``) after Redis restarts, whether its segments fill every
-    slot, waiting on their models, or none (workers.tasks.green_pidbox)."""
+    slot, waiting on their models, or none (airlock.workers.tasks.green_pidbox)."""
     slots = 4
     stack = make_stack(
         AIRLOCK_DATABASE_URL=postgres_url,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service.decisions import DecisionBody, GrantBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.testing import Stack
 from tests.integration.conftest import StackFactory
-from workers.service.decisions import DecisionBody, GrantBody
-from workers.service.principals import Principal
-from workers.testing import Stack
 
 pytestmark = pytest.mark.integration
 

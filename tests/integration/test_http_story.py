@@ -15,9 +15,9 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from airlock.workers.testing import SECRET, TOKEN, wait_for
 from tests.api.conftest import OLD_SECRET
 from tests.integration.conftest import StackFactory
-from workers.testing import SECRET, TOKEN, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN
 from tests.integration.agents import HOSTILE_BODY
 from tests.integration.conftest import StackFactory
-from workers.testing import SECRET, TOKEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

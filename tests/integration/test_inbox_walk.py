@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
 from tests.integration.browsing import DESKTOP, PHONE, Inbox, audit, browser, inbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]

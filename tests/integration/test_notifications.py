@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from persistence.domain import RunStatus
-from persistence.migrations import upgrade as migrate
+from airlock.persistence.domain import RunStatus
+from airlock.persistence.migrate import upgrade as migrate
+from airlock.workers.testing import Stack, wait_for
 from tests.api.test_notify import RawReceiver, serving
 from tests.integration.conftest import StackFactory
 from tests.integration.test_workers import approve
-from workers.testing import Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from loop.policy import NO_RULE
-from persistence.domain import RunStatus
+from airlock.loop.policy import NO_RULE
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service import ForbiddenError
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.views import run_view
+from airlock.workers.testing import Stack
 from tests.integration.conftest import StackFactory
-from workers.service import ForbiddenError
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.service.views import run_view
-from workers.testing import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN, Stack, wait_for
 from tests.integration.conftest import StackFactory
 from tests.issuer import AUDIENCE, Issuer
-from workers.testing import SECRET, TOKEN, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The wake-up publisher (``workers.service.broker.Publisher``) against a real Redis: its
+"""The wake-up publisher (``airlock.workers.service.broker.Publisher``) against a real Redis: its
 message is the one Celery's ``send_task`` publishes, a dropped connection is
 replaced, and a forked child never shares its parent's."""
 
@@ -17,11 +17,11 @@ import pytest
 import redis
 from celery import Celery
 
+from airlock.workers.service import redis_broker
+from airlock.workers.service.broker import QUEUE, RUN_SEGMENT, make_app
+from airlock.workers.service.publisher import Publisher
+from airlock.workers.service.settings import Settings
 from tests.integration.conftest import SHARED_REDIS
-from workers.service import redis_broker
-from workers.service.broker import QUEUE, RUN_SEGMENT, make_app
-from workers.service.publisher import Publisher
-from workers.service.settings import Settings
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_a_forked_child_publishes_on_its_own_connection(celery: Celery, shared_r
 
 def test_a_channel_keeps_one_redis_client_per_pool(celery: Celery, shared_redis: str) -> None:
     """kombu made a ``redis.Redis`` for every publish and acknowledgement
-    (``workers.service.redis_broker``): one is kept per pool, and replaced with the pool (after
+    (``airlock.workers.service.redis_broker``): one is kept per pool, and replaced with the pool (after
     a fork, or when the channel closes)."""
     with celery.connection_for_write() as connection:
         channel = connection.default_channel

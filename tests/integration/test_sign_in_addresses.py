@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from persistence.migrations import upgrade
+from airlock.persistence.migrate import upgrade
+from airlock.workers.service.sessions import PER_ADDRESS
+from airlock.workers.testing import SECRET, TOKEN
 from tests.integration.conftest import StackFactory
-from workers.service.sessions import PER_ADDRESS
-from workers.testing import SECRET, TOKEN
 
 pytestmark = pytest.mark.integration
 

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.testing import SECRET, TOKEN, Stack
 from tests.integration.conftest import StackFactory
 from tests.integration.test_inbox_browser import browser  # noqa: F401 - the fixture
 from tests.sse import Frame, frames
-from workers.testing import SECRET, TOKEN, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence.migrations import upgrade
+from airlock.persistence.migrate import upgrade
+from airlock.workers.testing import ROOT, airlock_env, free_port, wait_for
 from tests.integration.conftest import StackFactory
-from workers.testing import ROOT, airlock_env, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,12 +16,12 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from persistence.domain import RunStatus
+from airlock.persistence.domain import RunStatus
+from airlock.workers.service import ConflictError
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.testing import Process, Stack, airlock_env, free_port, wait_for
 from tests.integration.conftest import StackFactory
-from workers.service import ConflictError
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Principal
-from workers.testing import Process, Stack, airlock_env, free_port, wait_for
 
 OPERATOR = Principal.trusted("test")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, JsonValue
 
-from loop import (
+from airlock.loop import (
     Agent,
     ApprovalPolicy,
     Effect,
@@ -16,7 +16,7 @@ from loop import (
     ToolContext,
     tool,
 )
-from loop.messages import JsonObject
+from airlock.loop.messages import JsonObject
 
 
 class Recorder:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.cli.output import without_password
-from workers.service.views import event_summary
+from airlock.workers.cli.output import without_password
+from airlock.workers.service.views import event_summary
 
 
 @pytest.mark.parametrize(
@@ -30,7 +30,7 @@ def test_a_url_is_printed_without_its_password(url: str, shown: str) -> None:
 def test_a_refused_broker_url_is_named_without_its_password() -> None:
     from pydantic import ValidationError
 
-    from workers.service.settings import Settings
+    from airlock.workers.service.settings import Settings
 
     with pytest.raises(ValidationError) as refused:
         Settings(broker_url="foo://airlock:s3cret@broker/0")
@@ -56,7 +56,7 @@ def test_a_password_in_the_query_is_not_printed(url: str) -> None:
 
 
 def test_db_upgrade_says_which_database_without_a_query_password() -> None:
-    from persistence.schema import check_url, upgrade_or_explain
+    from airlock.persistence.schema import check_url, upgrade_or_explain
 
     url = "postgresql://airlock@127.0.0.1:1/x?password=s3cret"  # nothing listens there
     explained = upgrade_or_explain(url)
@@ -68,7 +68,7 @@ def test_db_upgrade_says_which_database_without_a_query_password() -> None:
 def test_a_refused_url_hides_a_query_password() -> None:
     from pydantic import ValidationError
 
-    from workers.service.settings import Settings
+    from airlock.workers.service.settings import Settings
 
     with pytest.raises(ValidationError) as refused:
         Settings(database_url="mysql://airlock@db/airlock?password=s3cret")
@@ -79,12 +79,12 @@ def test_a_refused_url_hides_a_query_password() -> None:
 
 
 def test_a_refused_setting_is_not_repeated_in_the_error() -> None:
-    """Attack review: ``uvicorn workers.api:app`` and ``celery -A workers worker`` print
+    """Attack review: ``uvicorn airlock.workers.api:app`` and ``celery -A workers worker`` print
     a settings error whole, and pydantic repeated the refused value in it
     (``input_value='foo://u:s3cret@…'``)."""
     from pydantic import ValidationError
 
-    from workers.service.settings import Settings
+    from airlock.workers.service.settings import Settings
 
     with pytest.raises(ValidationError) as refused:
         Settings(broker_url="foo://u:s3cret@h/0")

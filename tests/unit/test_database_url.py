@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from persistence.db import ConfigurationError, normalise_url
+from airlock.persistence.db import ConfigurationError, normalise_url
 
 
 @pytest.mark.parametrize(

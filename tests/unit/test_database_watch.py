@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from persistence.schema import SchemaState, SchemaStatus
-from workers.service.database_watch import DatabaseWatch
+from airlock.persistence.schema import SchemaState, SchemaStatus
+from airlock.workers.service.database_watch import DatabaseWatch
 
 URL = "postgresql+psycopg://airlock:***@db:5432/airlock"
 READY = SchemaStatus(SchemaState.CURRENT, URL, "head1", "head1")

@@ -1,5 +1,5 @@
 """How a refused request's body is read and thrown away before the answer
-(``workers.http.guard.drain``, issue 27 defect 4), and where that stops: past a number of
+(``airlock.workers.http.guard.drain``, issue 27 defect 4), and where that stops: past a number of
 bytes, or a time, the answer closes the connection instead."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import Message
 
-from workers.http.guard import Read, drain, refuse
-from workers.http.problems import ProblemError
+from airlock.workers.http.guard import Read, drain, refuse
+from airlock.workers.http.problems import ProblemError
 
 
 def _messages(sizes: list[int], *, ends: bool = True) -> Any:

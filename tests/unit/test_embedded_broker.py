@@ -11,9 +11,9 @@ import pytest
 from kombu import Connection
 from kombu.transport import filesystem
 
-from workers.service import embedded_broker
-from workers.service.broker import broker_options
-from workers.service.settings import Settings
+from airlock.workers.service import embedded_broker
+from airlock.workers.service.broker import broker_options
+from airlock.workers.service.settings import Settings
 
 
 def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,7 +42,7 @@ def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
-    from workers.service.broker import make_app
+    from airlock.workers.service.broker import make_app
 
     app = make_app(Settings(broker_url="filesystem://", home=tmp_path))
     assert app.conf.broker_transport == embedded_broker.TRANSPORT
@@ -53,7 +53,7 @@ def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
 
 
 def test_its_folders_are_made_by_a_channel_not_by_loading_the_app(tmp_path: Path) -> None:
-    from workers.service.broker import make_app
+    from airlock.workers.service.broker import make_app
 
     home = tmp_path / "home"
     app = make_app(Settings(broker_url="filesystem://", home=home))

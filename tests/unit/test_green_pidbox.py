@@ -1,4 +1,4 @@
-"""The green worker's remote control reconnects (workers.tasks.green_pidbox); the behaviour
+"""The green worker's remote control reconnects (airlock.workers.tasks.green_pidbox); the behaviour
 against a real Redis restart is in tests/integration/test_faults.py."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import inspect
 from celery.worker import pidbox
 from celery.worker.consumer import consumer, control
 
-from workers.service.broker import app
-from workers.tasks import green_pidbox
+from airlock.workers.service.broker import app
+from airlock.workers.tasks import green_pidbox
 
 
 def test_the_override_matches_the_pinned_celery() -> None:
@@ -30,7 +30,7 @@ def test_the_consumer_runs_celerys_steps_with_this_control() -> None:
     ours = green_pidbox.Consumer.Blueprint.default_steps
     assert green_pidbox.CELERY_CONTROL in celerys
     assert ours == [
-        "workers.tasks.green_pidbox:Control" if s == green_pidbox.CELERY_CONTROL else s
+        "airlock.workers.tasks.green_pidbox:Control" if s == green_pidbox.CELERY_CONTROL else s
         for s in celerys
     ]
-    assert app.conf.worker_consumer == "workers.tasks.green_pidbox:Consumer"
+    assert app.conf.worker_consumer == "airlock.workers.tasks.green_pidbox:Consumer"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from workers.service import broker as celery_app
-from workers.testing import free_port
+from airlock.workers.service import broker as celery_app
+from airlock.workers.testing import free_port
 
 
 def test_the_nodes_of_this_host_are_found_by_host_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The live streams' hub (``workers.http.hub``) over a fake service: one read of the
+"""The live streams' hub (``airlock.workers.http.hub``) over a fake service: one read of the
 heads per tick for every watched run, one read of the events of the runs that moved,
 each watch sent every event after its cursor exactly once and in order (also a watch
 that comes while a tick reads), the end once a run is over, a purged run's watches
@@ -16,10 +16,10 @@ from typing import Any, cast
 
 import pytest
 
-from persistence.domain import RunEvent, RunStatus, StreamHead, WaitingMark
+from airlock.persistence.domain import RunEvent, RunStatus, StreamHead, WaitingMark
+from airlock.workers.http.hub import BEAT, CLOSE, Hub, Watch
+from airlock.workers.service import Service
 from tests.sse import Frame, parse
-from workers.http.hub import BEAT, CLOSE, Hub, Watch
-from workers.service import Service
 
 A, B = "run-a", "run-b"
 AT = datetime(2026, 1, 1, tzinfo=UTC)

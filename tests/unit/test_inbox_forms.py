@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loop import PendingCall
-from workers.http.inbox.forms import Field, FormError, decision_of
+from airlock.loop import PendingCall
+from airlock.workers.http.inbox.forms import Field, FormError, decision_of
 
 DIGEST = "a" * 64
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loop import (
+from airlock.loop import (
     Agent,
     ApprovalRequired,
     Approve,
@@ -20,15 +20,15 @@ from loop import (
     ToolResultMessage,
     tool,
 )
-from loop.messages import Usage
-from loop.state import PendingCall
+from airlock.loop.messages import Usage
+from airlock.loop.state import PendingCall
+from airlock.workers.http.inbox.forms import decision_of, fields_of
+from airlock.workers.http.inbox.outcome import summary
+from airlock.workers.http.inbox.present import line
+from airlock.workers.http.inbox.story import timeline, transcript
+from airlock.workers.service.decisions import to_loop_decisions
+from airlock.workers.service.views import clip
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
-from workers.http.inbox.forms import decision_of, fields_of
-from workers.http.inbox.outcome import summary
-from workers.http.inbox.present import line
-from workers.http.inbox.story import timeline, transcript
-from workers.service.decisions import to_loop_decisions
-from workers.service.views import clip
 
 
 @tool

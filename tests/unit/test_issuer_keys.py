@@ -13,9 +13,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 from jwt import PyJWK
 
+from airlock.workers.http import issuer_keys
+from airlock.workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
 from tests.issuer import Issuer
-from workers.http import issuer_keys
-from workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
 
 GUARD = 30.0
 """Seconds before a test that deadlocked gives up (never reached when it passes)."""

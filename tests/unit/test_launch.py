@@ -1,4 +1,4 @@
-"""``airlock worker``'s arguments for ``celery worker`` (workers.cli.launch): the defaults
+"""``airlock worker``'s arguments for ``celery worker`` (airlock.workers.cli.launch): the defaults
 added where the operator gave none, and what is refused before Celery sees it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import click
 import pytest
 from celery.bin.worker import worker as celery_worker
 
-from workers.cli.worker_options import (
+from airlock.workers.cli.worker_options import (
     DEFAULT_CONCURRENCY,
     FLAGS,
     option,

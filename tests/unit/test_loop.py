@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from loop import (
+from airlock.loop import (
     Agent,
     ApprovalRequired,
     Approve,
@@ -30,7 +30,7 @@ from loop import (
     requires_approval,
     tool,
 )
-from loop.messages import JsonObject
+from airlock.loop.messages import JsonObject
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
 
 
@@ -435,7 +435,7 @@ def test_resume_with_the_state_of_another_agent_is_refused() -> None:
 
 
 def test_a_marker_tool_subclass_needs_little_and_a_sink_may_be_a_list() -> None:
-    from loop import Agent, RequiresApproval, Tool
+    from airlock.loop import Agent, RequiresApproval, Tool
 
     wiped: list[str] = []
 

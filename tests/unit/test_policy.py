@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from pydantic import JsonValue
 
-from loop.policy import (
+from airlock.loop.policy import (
     NO_RULE,
     CallFacts,
     Judgement,
@@ -21,7 +21,7 @@ from loop.policy import (
     run_cases,
     strictest,
 )
-from workers.service.policy_regex import compile_re2
+from airlock.workers.service.policy_regex import compile_re2
 
 REFUNDS = """\
 version = 1

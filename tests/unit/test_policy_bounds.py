@@ -17,16 +17,16 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from loop.policy import CallFacts, PolicyError, Regex, decide, judge, parse_policy
-from loop.policy.bounds import (
+from airlock.loop.policy import CallFacts, PolicyError, Regex, decide, judge, parse_policy
+from airlock.loop.policy.bounds import (
     MAX_GLOB_LENGTH,
     MAX_MATCHED_BYTES,
     MAX_PATTERN_LENGTH,
     MAX_REGEX_SIZE,
     STEP_BUDGET,
 )
-from workers.service.policy_file import PolicyFileError, read_policy
-from workers.service.policy_regex import Re2Regex, compile_re2
+from airlock.workers.service.policy_file import PolicyFileError, read_policy
+from airlock.workers.service.policy_regex import Re2Regex, compile_re2
 
 ROOT = Path(__file__).resolve().parents[2]
 CATASTROPHIC = r"^([a-zA-Z0-9._-]+)*@corp\.com$"
@@ -49,8 +49,8 @@ def test_the_catastrophic_pattern_is_judged_on_re2(tmp_path: Path) -> None:
     path.write_text(regex_rule(CATASTROPHIC))
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from loop.policy import CallFacts, judge
-        from workers.service.policy_file import read_policy
+        from airlock.loop.policy import CallFacts, judge
+        from airlock.workers.service.policy_file import read_policy
         policy = read_policy(Path({str(path)!r}))
         print(judge(policy, CallFacts("a", "send", {{"to": {HOSTILE!r}}})).line())
         print(judge(policy, CallFacts("a", "send", {{"to": "pat.lee@corp.com"}})).line())

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence.db import ConfigurationError
-from workers.service.policy_file import PolicyFileError, PolicyHolder
-from workers.service.settings import load_settings
+from airlock.persistence.db import ConfigurationError
+from airlock.workers.service.policy_file import PolicyFileError, PolicyHolder
+from airlock.workers.service.settings import load_settings
 
 ASK = '[[rules]]\nname = "asks"\nverdict = "ask"\n'
 ALLOW = '[[rules]]\nname = "allows-everything"\nverdict = "allow"\n'

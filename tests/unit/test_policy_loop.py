@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import JsonValue
 
-from loop import (
+from airlock.loop import (
     ApprovalRequired,
     Approve,
     Ask,
@@ -18,11 +18,11 @@ from loop import (
     Termination,
     ToolLoop,
 )
-from loop.agent import ApprovalPolicy
-from loop.events import DecisionApplied, PolicyShadowed, Suspended
-from loop.policy import RunPolicy, parse_policy
+from airlock.loop.agent import ApprovalPolicy
+from airlock.loop.events import DecisionApplied, PolicyShadowed, Suspended
+from airlock.loop.policy import RunPolicy, parse_policy
+from airlock.workers.service.policy_regex import compile_re2
 from tests.unit.agents import Recorder, answer, call, calls, make_agent
-from workers.service.policy_regex import compile_re2
 
 POLICY = """
 [[rules]]

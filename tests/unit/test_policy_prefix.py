@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from loop.policy import CallFacts, PolicyError, decide, judge, lint, parse_policy
+from airlock.loop.policy import CallFacts, PolicyError, decide, judge, lint, parse_policy
 
 
 def prefix_rule(prefix: str, verdict: str = "allow", name: str = "r") -> str:

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from loop.policy import CallFacts, Policy, Predicate, Rule, judge
-from loop.policy.evaluate import skipped
-from loop.policy.verdicts import Verdict
-from workers.service.policy_regex import compile_re2
+from airlock.loop.policy import CallFacts, Policy, Predicate, Rule, judge
+from airlock.loop.policy.evaluate import skipped
+from airlock.loop.policy.verdicts import Verdict
+from airlock.workers.service.policy_regex import compile_re2
 
 PATHS = ["a", "b"]
 VALUES: st.SearchStrategy[JsonValue] = st.one_of(

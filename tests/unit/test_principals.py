@@ -1,5 +1,5 @@
 """Who may decide what, as pure code: the tools' and agents' approval rules, the
-principals' roles, self-approval and quorum (``workers.service.principals``), and the settings
+principals' roles, self-approval and quorum (``airlock.workers.service.principals``), and the settings
 that configure principals."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loop import (
+from airlock.loop import (
     Agent,
     ApprovalRequired,
     Approve,
@@ -21,8 +21,8 @@ from loop import (
     ToolLoop,
     tool,
 )
-from persistence.db import ConfigurationError
-from workers.service.principals import (
+from airlock.persistence.db import ConfigurationError
+from airlock.workers.service.principals import (
     AIRLOCK,
     NOBODY,
     ForbiddenError,
@@ -30,7 +30,7 @@ from workers.service.principals import (
     Requester,
     authorise,
 )
-from workers.service.settings import Settings, check_secrets, load_settings
+from airlock.workers.service.settings import Settings, check_secrets, load_settings
 
 
 @tool(effect=Effect.WRITE, approvers=["payments"])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from loop import (
+from airlock.loop import (
     ApprovalRequired,
     Approve,
     AssistantMessage,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loop import (
+from airlock.loop import (
     Agent,
     ApprovalRequired,
     Approve,
@@ -22,7 +22,7 @@ from loop import (
     ToolResultMessage,
     Usage,
 )
-from providers import AnthropicModel, OpenAIModel
+from airlock.providers import AnthropicModel, OpenAIModel
 from tests.unit.agents import Recorder
 
 
@@ -206,7 +206,7 @@ def test_calls_share_one_kept_alive_connection(provider: FakeProvider) -> None:
 
 
 def test_a_forked_child_makes_its_own_client() -> None:
-    from providers import http
+    from airlock.providers import http
 
     parent = http.client()
     read, write = os.pipe()

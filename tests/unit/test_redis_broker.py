@@ -1,4 +1,4 @@
-"""The Redis channel keeps one client per connection pool (workers.service.redis_broker); the
+"""The Redis channel keeps one client per connection pool (airlock.workers.service.redis_broker); the
 behaviour against a real Redis is in tests/integration/test_publisher.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 
 from kombu.transport import redis
 
-from workers.service import redis_broker
+from airlock.workers.service import redis_broker
 
 
 def test_the_override_matches_the_pinned_kombu() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workers.service.broker import DELIVER, NOTIFY_QUEUE, make_app
-from workers.service.settings import Settings
+from airlock.workers.service.broker import DELIVER, NOTIFY_QUEUE, make_app
+from airlock.workers.service.settings import Settings
 
 REDIS = "redis://redis:6379/0"
 

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from persistence.db import ConfigurationError
-from workers.service.settings import Settings, check_secrets
+from airlock.persistence.db import ConfigurationError
+from airlock.workers.service.settings import Settings, check_secrets
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loop import (
+from airlock.loop import (
     SCHEMA_VERSION,
     ApprovalRequired,
     Approve,

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from urllib3.exceptions import ConnectTimeoutError
 
-from loop import ModelError
-from providers import OpenAIModel, transport
-from providers.transport import Urllib3Transport
+from airlock.loop import ModelError
+from airlock.providers import OpenAIModel, transport
+from airlock.providers.transport import Urllib3Transport
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery.concurrency import get_implementation
 
-from workers.service.broker import NOTIFY_QUEUE, QUEUE
-from workers.tasks.signals import pool_warning
+from airlock.workers.service.broker import NOTIFY_QUEUE, QUEUE
+from airlock.workers.tasks.signals import pool_warning
 
 
 def test_only_the_threads_pool_is_warned_of() -> None:

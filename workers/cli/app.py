@@ -14,16 +14,16 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from loop import DecisionError, StateError
-from loop.errors import AirlockError
-from persistence import schema
-from persistence.db import ConfigurationError
-from persistence.domain import Run
-from persistence.store import BadCursorError, UnknownRunError
-from workers.cli.output import errors, fail
-from workers.service import ConflictError, ForbiddenError, Service
-from workers.service.registry import UnknownAgentError
-from workers.service.settings import settings
+from airlock.loop import DecisionError, StateError
+from airlock.loop.errors import AirlockError
+from airlock.persistence import schema
+from airlock.persistence.db import ConfigurationError
+from airlock.persistence.domain import Run
+from airlock.persistence.store import BadCursorError, UnknownRunError
+from airlock.workers.cli.output import errors, fail
+from airlock.workers.service import ConflictError, ForbiddenError, Service
+from airlock.workers.service.registry import UnknownAgentError
+from airlock.workers.service.settings import settings
 
 NOT_READY = 3
 """The exit code of a command whose database is not ready for it."""
@@ -88,7 +88,7 @@ def service() -> Service:
     """The service, once the database is known to be this version's: before that,
     nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
     ready_database()
-    from workers.service.wiring import service as build  # noqa: PLC0415 - wiring on demand
+    from airlock.workers.service.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
 

@@ -1,7 +1,7 @@
 """The ``airlock`` command: a thin shell over the service layer. Here the commands
 that run Airlock's processes and its schema (db, worker, beat, health, api, demo, dev)
-and ``main``; the commands on runs are in ``workers.cli.runs``, and the app, its answer
-table and exit codes in ``workers.cli.app``."""
+and ``main``; the commands on runs are in ``airlock.workers.cli.runs``, and the app, its answer
+table and exit codes in ``airlock.workers.cli.app``."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Annotated, NoReturn
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from persistence import schema
-from persistence.db import ConfigurationError
-from workers.cli import grants, policy, runs
-from workers.cli.app import (
+from airlock.persistence import schema
+from airlock.persistence.db import ConfigurationError
+from airlock.workers.cli import grants, policy, runs
+from airlock.workers.cli.app import (
     NOT_READY,
     PASSTHROUGH,
     STREAMS_GRACE,
@@ -27,9 +27,9 @@ from workers.cli.app import (
     one_line,
     service,
 )
-from workers.cli.output import console, errors, fail, without_password
-from workers.service import SweeperState
-from workers.service.settings import settings
+from airlock.workers.cli.output import console, errors, fail, without_password
+from airlock.workers.service import SweeperState
+from airlock.workers.service.settings import settings
 
 __all__ = ["app", "grants", "main", "policy", "runs", "service"]
 
@@ -54,7 +54,7 @@ def worker(ctx: typer.Context) -> None:
     Celery's default pool (prefork). More processes: more replicas of this command."""
     import click  # noqa: PLC0415 - Celery's command line is click's
 
-    from workers.cli.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
+    from airlock.workers.cli.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
 
     if (error := usage_error(ctx.args)) is not None:
         fail(error, 2)
@@ -63,10 +63,10 @@ def worker(ctx: typer.Context) -> None:
         fail(
             f"the {pool_of(arguments)} pool needs the standard library patched before "
             "Airlock is imported: start the worker as `airlock worker` or "
-            "`python -m workers worker`, not `python -m workers.cli.commands`",
+            "`python -m workers worker`, not `python -m airlock.workers.cli.commands`",
             2,
         )
-    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from airlock.workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
 
     try:
         celery.worker_main(["worker", *arguments])
@@ -89,7 +89,7 @@ def beat(ctx: typer.Context) -> None:
     """Run Celery beat: the sweeper, approval expiry and retention purge. Its schedule
     file is AIRLOCK_HOME/celerybeat-schedule unless -s names another; its folder is
     created."""
-    from workers.cli.worker_options import option  # noqa: PLC0415
+    from airlock.workers.cli.worker_options import option  # noqa: PLC0415
 
     given = option(ctx.args, "-s", "--schedule")
     folder = (Path(given) if given else settings().beat_schedule).absolute().parent
@@ -100,7 +100,7 @@ def beat(ctx: typer.Context) -> None:
         one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
     if not writable:
         one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
-    from workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from airlock.workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
 
     celery.start(["beat", *ctx.args])
 
@@ -128,7 +128,7 @@ def health(
 
 
 def _worker_health(timeout: float) -> tuple[bool, str]:
-    from workers.service.broker import nodes_of_this_host  # noqa: PLC0415
+    from airlock.workers.service.broker import nodes_of_this_host  # noqa: PLC0415
 
     nodes = nodes_of_this_host(timeout)
     if not nodes:
@@ -185,12 +185,12 @@ def api(
         ),
     ] = False,
 ) -> None:
-    """Serve the HTTP API (workers.api:app) with uvicorn."""
+    """Serve the HTTP API (airlock.workers.api:app) with uvicorn."""
     import uvicorn  # noqa: PLC0415 - load the server on demand
 
     port = settings().api_port if port is None else port
     uvicorn.run(
-        "workers.api:app",
+        "airlock.workers.api:app",
         host=host,
         port=port,
         workers=workers,
@@ -203,7 +203,7 @@ def api(
 def demo() -> NoReturn:
     """The whole story on embedded defaults, in a temporary folder, with no server:
     enqueue → wait → signed approval → resume → done, with the event stream."""
-    from workers.cli.demo import run_demo  # noqa: PLC0415
+    from airlock.workers.cli.demo import run_demo  # noqa: PLC0415
 
     _stop_on_sigterm()
     raise typer.Exit(run_demo(console))
@@ -223,7 +223,7 @@ def dev(
     """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock).
     The API token and webhook secret are kept in $AIRLOCK_HOME/dev.env across restarts
     (AIRLOCK_API_TOKEN and AIRLOCK_WEBHOOK_SECRET set in the environment win)."""
-    from workers.cli.demo import run_dev  # noqa: PLC0415
+    from airlock.workers.cli.demo import run_dev  # noqa: PLC0415
 
     _stop_on_sigterm()
     raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))

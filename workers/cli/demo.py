@@ -29,11 +29,11 @@ from rich.console import Console
 from rich.table import Table
 from standardwebhooks import Webhook
 
-from persistence import migrations, schema
-from workers.cli.app import STREAMS_GRACE
-from workers.cli.output import without_password
-from workers.service.settings import settings
-from workers.service.views import event_summary
+from airlock.persistence import migrations, schema
+from airlock.workers.cli.app import STREAMS_GRACE
+from airlock.workers.cli.output import without_password
+from airlock.workers.service.settings import settings
+from airlock.workers.service.views import event_summary
 
 
 def new_webhook_secret() -> str:
@@ -51,7 +51,7 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from workers.service.wiring import service  # noqa: PLC0415
+    from airlock.workers.service.wiring import service  # noqa: PLC0415
 
     service.cache_clear()
 
@@ -98,7 +98,7 @@ def api_server(port: int) -> Iterator[str]:
     # the HTTP door by its name, as `airlock api` serves it: the CLI imports no door
     server = uvicorn.Server(
         uvicorn.Config(
-            "workers.api:default_app",
+            "airlock.workers.api:default_app",
             factory=True,
             host="127.0.0.1",
             port=port,
@@ -166,7 +166,7 @@ def run_demo(console: Console) -> int:
                 "AIRLOCK_DATABASE_URL": f"sqlite:///{folder / 'airlock.db'}",
                 "AIRLOCK_BROKER_URL": "filesystem://",
                 "AIRLOCK_HOME": str(folder / ".airlock"),
-                "AIRLOCK_AGENTS": "workers.demo_agents:AGENTS",
+                "AIRLOCK_AGENTS": "airlock.workers.demo_agents:AGENTS",
                 "AIRLOCK_WEBHOOK_SECRET": secret,
                 "AIRLOCK_API_TOKEN": token,
                 "AIRLOCK_SOFT_SHUTDOWN_TIMEOUT": "0",
@@ -355,6 +355,9 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
         celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
     ):
         uvicorn.run(
-            "workers.api:app", host="127.0.0.1", port=port, timeout_graceful_shutdown=STREAMS_GRACE
+            "airlock.workers.api:app",
+            host="127.0.0.1",
+            port=port,
+            timeout_graceful_shutdown=STREAMS_GRACE,
         )
     return 0

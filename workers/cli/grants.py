@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from workers.cli.app import JsonOption, app, service
-from workers.cli.output import console, emit, print_listing
-from workers.cli.runs import acting
-from workers.service.grants import view
+from airlock.workers.cli.app import JsonOption, app, service
+from airlock.workers.cli.output import console, emit, print_listing
+from airlock.workers.cli.runs import acting
+from airlock.workers.service.grants import view
 
 grants_app = typer.Typer(help="Standing grants: list, show, revoke.", no_args_is_help=True)
 app.add_typer(grants_app, name="grants")

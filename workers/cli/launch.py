@@ -2,7 +2,7 @@
 
 ``airlock worker`` (on Redis, ``-P gevent`` unless ``-P`` says) runs one Celery worker
 whose segments wait on their models and slow tools in greenlets, so one process keeps
-hundreds in flight (``-c``, default 200; see workers.cli.worker_options). gevent must patch
+hundreds in flight (``-c``, default 200; see airlock.workers.cli.worker_options). gevent must patch
 the standard library before anything that uses sockets, threads or ``select`` is
 imported; ``celery worker`` does it in its own entry point
 (``celery.maybe_patch_concurrency``), and so does this one, before it imports the rest
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from workers.cli.worker_options import usage_error, worker_arguments
+from airlock.workers.cli.worker_options import usage_error, worker_arguments
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
 
             # patches the standard library for -P gevent (or eventlet), as `celery worker` does
             maybe_patch_concurrency(["worker", *arguments])
-    from workers.cli.commands import main as cli  # noqa: PLC0415 - after the patches
+    from airlock.workers.cli.commands import main as cli  # noqa: PLC0415 - after the patches
 
     cli()
 

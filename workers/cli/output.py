@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from persistence.db import hide_query_password, shown_url
-from workers.service import Stats
-from workers.service.decisions import grant_seconds
+from airlock.persistence.db import hide_query_password, shown_url
+from airlock.workers.service import Stats
+from airlock.workers.service.decisions import grant_seconds
 
 console = Console()
 errors = Console(stderr=True)

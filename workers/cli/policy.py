@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 
-from loop.policy import Policy, PolicyError, lint, run_cases
-from workers.cli.app import app, require_run, service
-from workers.cli.output import console, fail
-from workers.service.policy_explain import Explanation, explain_run, schema_of
-from workers.service.policy_file import PolicyFileError, read_policy
-from workers.service.settings import settings
+from airlock.loop.policy import Policy, PolicyError, lint, run_cases
+from airlock.workers.cli.app import app, require_run, service
+from airlock.workers.cli.output import console, fail
+from airlock.workers.service.policy_explain import Explanation, explain_run, schema_of
+from airlock.workers.service.policy_file import PolicyFileError, read_policy
+from airlock.workers.service.settings import settings
 
 policy_app = typer.Typer(help="The approval policy file (AIRLOCK_POLICY).", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")

@@ -1,5 +1,5 @@
 """The ``airlock`` commands on runs: start, list, show, decide, cancel, retry, purge,
-stats. The service's errors are answered by the app's table (``workers.cli.app``)."""
+stats. The service's errors are answered by the app's table (``airlock.workers.cli.app``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import typer
 from pydantic import JsonValue, ValidationError
 from rich.table import Table
 
-from persistence.domain import GrantScope, RunStatus
-from persistence.store import UnknownRunError
-from workers.cli.app import JsonOption, app, require_run, runs_app, service
-from workers.cli.output import (
+from airlock.persistence.domain import GrantScope, RunStatus
+from airlock.persistence.store import UnknownRunError
+from airlock.workers.cli.app import JsonOption, app, require_run, runs_app, service
+from airlock.workers.cli.output import (
     console,
     emit,
     fail,
@@ -28,10 +28,10 @@ from workers.cli.output import (
     progress_bar,
     seconds_or_text,
 )
-from workers.service import ConflictError
-from workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
-from workers.service.principals import Principal
-from workers.service.views import clip, event_summary, event_view, run_view, sweeper_view
+from airlock.workers.service import ConflictError
+from airlock.workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.views import clip, event_summary, event_view, run_view, sweeper_view
 
 
 @app.command("run")

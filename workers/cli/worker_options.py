@@ -1,5 +1,5 @@
 """``airlock worker``'s options: the defaults it adds to ``celery worker``'s and what it
-refuses before Celery sees it. Standard library only: ``workers.cli.launch`` reads them
+refuses before Celery sees it. Standard library only: ``airlock.workers.cli.launch`` reads them
 before gevent patches anything."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP API (``workers.api:app``, served by ``airlock api``): enqueue and read runs,
+"""The HTTP API (``airlock.workers.api:app``, served by ``airlock api``): enqueue and read runs,
 and the signed approval webhook. Handlers are thin shells over the service.
 
 One router, FastAPI's. What every run does many times, its polls (``GET
@@ -27,20 +27,20 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
-from persistence.domain import Run, RunStatus
-from workers.http import grants, inbox, streams
-from workers.http.auth import Authenticator
-from workers.http.guard import BodyGate, Gate
-from workers.http.handlers import CreateRun, Handlers, caller_of, explain
-from workers.http.hub import Hubs
-from workers.http.metrics import Metrics
-from workers.http.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
-from workers.http.schema_gate import SchemaGate, SchemaWatch
-from workers.http.streams import MAX_SEQ, StreamSlots
-from workers.service import Service
-from workers.service.principals import Principal
-from workers.service.settings import Settings
-from workers.service.views import (
+from airlock.persistence.domain import Run, RunStatus
+from airlock.workers.http import grants, inbox, streams
+from airlock.workers.http.auth import Authenticator
+from airlock.workers.http.guard import BodyGate, Gate
+from airlock.workers.http.handlers import CreateRun, Handlers, caller_of, explain
+from airlock.workers.http.hub import Hubs
+from airlock.workers.http.metrics import Metrics
+from airlock.workers.http.problems import REFUSALS, SafeJSONResponse, problem_response, refusal
+from airlock.workers.http.schema_gate import SchemaGate, SchemaWatch
+from airlock.workers.http.streams import MAX_SEQ, StreamSlots
+from airlock.workers.service import Service
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.settings import Settings
+from airlock.workers.service.views import (
     EventPage,
     RunPage,
     RunView,
@@ -359,8 +359,8 @@ def _sweeper(service: Service) -> JsonValue:
 
 
 def default_app() -> FastAPI:
-    from workers.service import wiring  # noqa: PLC0415 - the app is built on first access
-    from workers.service.settings import check_secrets, settings  # noqa: PLC0415
+    from airlock.workers.service import wiring  # noqa: PLC0415 - the app is built on first access
+    from airlock.workers.service.settings import check_secrets, settings  # noqa: PLC0415
 
     check_secrets(settings())
     return create_app(wiring.service(), settings(), check_broker=wiring.check_broker)
@@ -370,7 +370,7 @@ _app: FastAPI | None = None
 
 
 def __getattr__(name: str) -> Any:
-    # ``uvicorn workers.api:app`` builds the app on first access, not at import.
+    # ``uvicorn airlock.workers.api:app`` builds the app on first access, not at import.
     global _app  # noqa: PLW0603
     if name == "app":
         if _app is None:

@@ -21,12 +21,12 @@ from jwt.exceptions import (
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from workers.http.guard import signed_headers, token_matches
-from workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
-from workers.http.metrics import Metrics
-from workers.http.problems import ProblemError
-from workers.service.principals import Principal, check_name
-from workers.service.settings import Settings
+from airlock.workers.http.guard import signed_headers, token_matches
+from airlock.workers.http.issuer_keys import IssuerKeys, KeysUnavailableError, UnknownKeyError
+from airlock.workers.http.metrics import Metrics
+from airlock.workers.http.problems import ProblemError
+from airlock.workers.service.principals import Principal, check_name
+from airlock.workers.service.settings import Settings
 
 
 def _unauthorised(detail: str) -> ProblemError:

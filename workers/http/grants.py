@@ -9,9 +9,9 @@ from typing import Annotated, Literal
 from fastapi import FastAPI, Query, Request
 from pydantic import JsonValue
 
-from workers.http.handlers import Handlers, caller_of
-from workers.http.problems import SafeJSONResponse
-from workers.service.grants import view
+from airlock.workers.http.handlers import Handlers, caller_of
+from airlock.workers.http.problems import SafeJSONResponse
+from airlock.workers.service.grants import view
 
 
 def mount(app: FastAPI, handlers: Handlers) -> None:

@@ -1,5 +1,5 @@
 """What the API checks before it reads a request's body: who the caller is (see
-``workers.http.auth``), the webhook's headers and timestamp, and the body's size as it
+``airlock.workers.http.auth``), the webhook's headers and timestamp, and the body's size as it
 streams in (chunked or not); and how a refused request's body is read and thrown away
 so that its client reads the refusal."""
 
@@ -15,8 +15,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from workers.http.metrics import Metrics
-from workers.http.problems import ProblemError, problem_response
+from airlock.workers.http.metrics import Metrics
+from airlock.workers.http.problems import ProblemError, problem_response
 
 MAX_BODY = 1024 * 1024
 MAX_APPROVAL_BODY = 64 * 1024

@@ -1,7 +1,7 @@
 """What ``POST /v1/runs``, ``GET /v1/runs/{id}`` and ``POST /v1/runs/{id}/approval``
-do, once a request is read, for the routes of ``workers.http.api``, and the threads they
+do, once a request is read, for the routes of ``airlock.workers.http.api``, and the threads they
 call the service in. Their errors are the service's, or ``ProblemError``: the app
-answers them with its one table (``workers.http.problems``)."""
+answers them with its one table (``airlock.workers.http.problems``)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from typing import Any, TypeVar
 from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
 from starlette.types import Scope
 
-from loop import DecisionError
-from persistence.store import UnknownRunError
-from workers.http.auth import Authenticator
-from workers.http.guard import MAX_APPROVAL_BODY, MAX_BODY
-from workers.http.metrics import Metrics
-from workers.http.problems import ProblemError, SafeJSONResponse
-from workers.service import ConflictError, Service
-from workers.service.decisions import DecisionBody, TextBody
-from workers.service.principals import ForbiddenError, Principal, check_name
-from workers.service.views import run_view
+from airlock.loop import DecisionError
+from airlock.persistence.store import UnknownRunError
+from airlock.workers.http.auth import Authenticator
+from airlock.workers.http.guard import MAX_APPROVAL_BODY, MAX_BODY
+from airlock.workers.http.metrics import Metrics
+from airlock.workers.http.problems import ProblemError, SafeJSONResponse
+from airlock.workers.service import ConflictError, Service
+from airlock.workers.service.decisions import DecisionBody, TextBody
+from airlock.workers.service.principals import ForbiddenError, Principal, check_name
+from airlock.workers.service.views import run_view
 
 T = TypeVar("T")
 
@@ -158,7 +158,7 @@ class Handlers:
 
 
 def caller_of(scope: Scope) -> Principal | None:
-    """The caller the gate verified (``workers.http.api.gate_of``) and noted in the scope:
+    """The caller the gate verified (``airlock.workers.http.api.gate_of``) and noted in the scope:
     None for the API token's holder, or anyone on an open API."""
     found: Principal | None = scope.get("state", {}).get("principal")
     return found

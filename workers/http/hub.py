@@ -1,5 +1,5 @@
 """The live streams' hub: one per event loop of an API process (under uvicorn, one per
-process). Every open stream (``workers.http.streams``) is a ``Watch`` here, a queue
+process). Every open stream (``airlock.workers.http.streams``) is a ``Watch`` here, a queue
 of frames on the event loop: no thread and no database connection of its own. While
 any stream is open, one task reads the database once per tick for all of them (the
 heads of every watched run in one statement; the new events of the runs that moved,
@@ -22,9 +22,9 @@ from anyio import CapacityLimiter, to_thread
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import JsonValue
 
-from persistence.domain import RunEvent, StreamHead, WaitingMark
-from workers.service import Service
-from workers.service.views import event_view, iso
+from airlock.persistence.domain import RunEvent, StreamHead, WaitingMark
+from airlock.workers.service import Service
+from airlock.workers.service.views import event_view, iso
 
 log = logging.getLogger("airlock")
 TICK_FAILED = {"action": "stream.tick_failed"}

@@ -25,7 +25,7 @@ import httpx
 from jwt import PyJWK, PyJWKSet
 from jwt.exceptions import PyJWKSetError, PyJWTError
 
-from loop.errors import AirlockError
+from airlock.loop.errors import AirlockError
 
 LIFESPAN = 300.0
 """Seconds a fetched key set is used before it is fetched again (a known key keeps

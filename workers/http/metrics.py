@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from workers.service import Service
+from airlock.workers.service import Service
 
 
 class Metrics:

@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from loop import AirlockError, DecisionError, StateError
-from persistence.schema import SchemaState, SchemaStatus
-from persistence.store import BadCursorError, UnknownRunError
-from workers.service import ConflictError, IdempotencyMismatchError
-from workers.service.principals import ForbiddenError
-from workers.service.registry import UnknownAgentError
+from airlock.loop import AirlockError, DecisionError, StateError
+from airlock.persistence.schema import SchemaState, SchemaStatus
+from airlock.persistence.store import BadCursorError, UnknownRunError
+from airlock.workers.service import ConflictError, IdempotencyMismatchError
+from airlock.workers.service.principals import ForbiddenError
+from airlock.workers.service.registry import UnknownAgentError
 
 
 class ProblemError(AirlockError):
@@ -60,7 +60,7 @@ REFUSALS: tuple[type[Exception], ...] = (ProblemError, *PROBLEMS)
 
 def refusal(exc: Exception) -> JSONResponse:
     """The answer to a request refused by ``exc`` (one of ``REFUSALS``), wherever it
-    was raised: the app's exception handlers (``workers.http.api``) answer every route with
+    was raised: the app's exception handlers (``airlock.workers.http.api``) answer every route with
     it."""
     p = exc if isinstance(exc, ProblemError) else problem_of(exc)
     return problem_response(p.status, p.title, p.detail, type=p.type)

@@ -20,9 +20,9 @@ from dataclasses import replace
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from persistence.schema import SchemaState, SchemaStatus, first_line, is_schema_error
-from workers.http.problems import schema_problem
-from workers.service import is_database_error
+from airlock.persistence.schema import SchemaState, SchemaStatus, first_line, is_schema_error
+from airlock.workers.http.problems import schema_problem
+from airlock.workers.service import is_database_error
 
 log = logging.getLogger("airlock")
 

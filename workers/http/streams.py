@@ -1,8 +1,8 @@
 """Live streams as server-sent events (DESIGN §5): a run's events
 (``GET /v1/runs/{id}/events/stream``) and the waiting queue
 (``GET /v1/approvals/stream``); the inbox serves the same under its sign-in
-(``workers.http.inbox.live``). A stream replays what the database holds after the
-client's cursor, then follows the hub (``workers.http.hub``): an idle stream holds no
+(``airlock.workers.http.inbox.live``). A stream replays what the database holds after the
+client's cursor, then follows the hub (``airlock.workers.http.hub``): an idle stream holds no
 thread and no database connection."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from fastapi import FastAPI, Header, Query, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from persistence.domain import StreamHead
-from persistence.store import UnknownRunError, parse_run_id
-from workers.http.hub import BEAT, CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
-from workers.http.problems import ProblemError
-from workers.service.principals import Principal
+from airlock.persistence.domain import StreamHead
+from airlock.persistence.store import UnknownRunError, parse_run_id
+from airlock.workers.http.hub import BEAT, CLOSE, RETRY, Hub, Hubs, end_frame, event_frame, finished
+from airlock.workers.http.problems import ProblemError
+from airlock.workers.service.principals import Principal
 
 MAX_SEQ = 2**31 - 1
 """The largest event number (an INTEGER column); a larger cursor is 422, not a

@@ -2,17 +2,17 @@
 purge) and what they stand on (the segments and their leases, the ledger, decisions,
 principals, the registry of agents, the settings, the broker wake-ups are published
 to, and ``wiring``, which builds the process's one ``Service``). It imports no door
-(``workers.http``, ``workers.tasks``, ``workers.cli``): import-linter holds it to that.
+(``airlock.workers.http``, ``airlock.workers.tasks``, ``airlock.workers.cli``): import-linter holds it to that.
 
 Its public names (the ``Service`` and what its use cases answer and raise) are
 re-exported here."""
 
 from __future__ import annotations
 
-from workers.service.core import Service
-from workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport
-from workers.service.principals import ForbiddenError, Principal
-from workers.service.results import (
+from airlock.workers.service.core import Service
+from airlock.workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport
+from airlock.workers.service.principals import ForbiddenError, Principal
+from airlock.workers.service.results import (
     ConflictError,
     DecisionResult,
     Enqueue,
@@ -23,7 +23,7 @@ from workers.service.results import (
     SweeperState,
     SweepReport,
 )
-from workers.service.segments import (
+from airlock.workers.service.segments import (
     EventType,
     Limits,
     Outcome,

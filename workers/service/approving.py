@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from loop import Agent, PendingCall, StateError, SuspendedRunState, Usage, check_decisions
-from loop.canonical import sha256_hex
-from loop.decisions import Decisions
-from persistence.domain import ApprovalRecord, DecisionOutcome, GrantRecord, Run, RunStatus
-from persistence.store import Event, Receipt, RunStore, UnknownRunError
-from workers.service.decisions import DecisionBody, to_loop_decisions
-from workers.service.grants import given, summary
-from workers.service.principals import (
+from airlock.loop import Agent, PendingCall, StateError, SuspendedRunState, Usage, check_decisions
+from airlock.loop.canonical import sha256_hex
+from airlock.loop.decisions import Decisions
+from airlock.persistence.domain import ApprovalRecord, DecisionOutcome, GrantRecord, Run, RunStatus
+from airlock.persistence.store import Event, Receipt, RunStore, UnknownRunError
+from airlock.workers.service.decisions import DecisionBody, to_loop_decisions
+from airlock.workers.service.grants import given, summary
+from airlock.workers.service.principals import (
     AIRLOCK,
     Authority,
     Principal,
@@ -27,8 +27,8 @@ from workers.service.principals import (
     authorise,
     identity_of,
 )
-from workers.service.registry import Registry, UnknownAgentError
-from workers.service.results import ConflictError, DecisionResult
+from airlock.workers.service.registry import Registry, UnknownAgentError
+from airlock.workers.service.results import ConflictError, DecisionResult
 
 _CALLS = TypeAdapter(tuple[PendingCall, ...])
 

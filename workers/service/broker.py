@@ -1,8 +1,8 @@
 """The Celery app as the service's broker: its configuration, the task names and the
 publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
-by task name); the tasks themselves are registered by ``workers.tasks``, which a worker
+by task name); the tasks themselves are registered by ``airlock.workers.tasks``, which a worker
 imports when it starts (the app's ``include``). ``celery -A workers worker`` /
-``celery -A workers beat`` load both (``workers.app``).
+``celery -A workers beat`` load both (``airlock.workers.app``).
 
 The database, not the broker, is the source of truth: a message is only a
 wake-up. Every task starts with a guarded claim, so a duplicate or redelivered
@@ -20,10 +20,10 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 from kombu import Queue
 
-from workers.service import embedded_broker, queues, redis_broker
-from workers.service.publisher import Publisher
-from workers.service.segments import EventType
-from workers.service.settings import Settings, settings
+from airlock.workers.service import embedded_broker, queues, redis_broker
+from airlock.workers.service.publisher import Publisher
+from airlock.workers.service.segments import EventType
+from airlock.workers.service.settings import Settings, settings
 
 log = logging.getLogger("airlock")
 
@@ -35,7 +35,7 @@ NOTIFY = "airlock.notify.v1"
 DELIVER = "airlock.deliver_notifications.v1"
 QUEUE = queues.SEGMENTS
 NOTIFY_QUEUE = queues.NOTIFICATIONS
-TASKS = "workers.tasks"
+TASKS = "airlock.workers.tasks"
 """The module that registers the tasks, imported by a worker when it starts."""
 """Deliveries' own queue. A worker started without ``-Q`` consumes both (the app's
 ``task_queues``): under the gevent pool a delivery that waits on its receiver holds a
@@ -44,7 +44,7 @@ greenlet, not the process. ``-Q airlock.notifications`` runs a replica for it al
 
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
-        # the folders are made with a channel (workers.queue.embedded_broker)
+        # the folders are made with a channel (airlock.workers.queue.embedded_broker)
         folder = config.broker_folder.resolve()
         # A worker finds a message at its next poll (every 0.05 s). A message read by a
         # worker that is then killed is lost: the sweeper re-sends it.
@@ -110,8 +110,8 @@ def make_app(config: Settings) -> Celery:
         worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
         # Celery's consumer, whose remote control on a gevent worker outlives a broker
-        # restart (workers.tasks.green_pidbox)
-        worker_consumer="workers.tasks.green_pidbox:Consumer",
+        # restart (airlock.workers.tasks.green_pidbox)
+        worker_consumer="airlock.workers.tasks.green_pidbox:Consumer",
         beat_scheduler=Schedule,
         beat_schedule_filename=str(config.beat_schedule),
         # the schedule is saved after every job sent, not every 3 minutes: its age says

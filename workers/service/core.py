@@ -9,33 +9,33 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from loop import (
+from airlock.loop import (
     PendingCall,
     StateError,
     SuspendedRunState,
 )
-from persistence.domain import (
+from airlock.persistence.domain import (
     ACTIVE,
     ApprovalRecord,
     Run,
 )
-from persistence.store import (
+from airlock.persistence.store import (
     Clock,
     Event,
     RunStore,
     utcnow,
 )
-from workers.service.approving import Approvals, Judged
-from workers.service.decisions import DecisionBody
-from workers.service.grant_desk import GrantDesk
-from workers.service.keeper import Keeper
-from workers.service.outbound import (
+from airlock.workers.service.approving import Approvals, Judged
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.grant_desk import GrantDesk
+from airlock.workers.service.keeper import Keeper
+from airlock.workers.service.outbound import (
     DeliveryReport,
     Send,
     deliver_due,
 )
-from workers.service.policy_file import PolicyHolder
-from workers.service.principals import (
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.principals import (
     AIRLOCK,
     OPERATOR_ROLES,
     Principal,
@@ -43,9 +43,9 @@ from workers.service.principals import (
     Standing,
     may_operate,
 )
-from workers.service.reads import Reads
-from workers.service.registry import Registry
-from workers.service.results import (
+from airlock.workers.service.reads import Reads
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.results import (
     SWEEPER,
     ConflictError,
     DecisionResult,
@@ -54,13 +54,13 @@ from workers.service.results import (
     Notify,
     SweepReport,
 )
-from workers.service.segments import (
+from airlock.workers.service.segments import (
     EventType,
     Limits,
     SegmentResult,
     Segments,
 )
-from workers.service.sessions import Sessions
+from airlock.workers.service.sessions import Sessions
 
 log = logging.getLogger("airlock")
 
@@ -182,7 +182,7 @@ class Service(Reads):
         used: retry with its ``take_over`` and ``adopt``."""
         return self._segments.run(run_id, owner, take_over, adopt=adopt)
 
-    # -- decisions (workers.service.approving) ------------------------------------
+    # -- decisions (airlock.workers.service.approving) ------------------------------------
 
     def record_decision(
         self,

@@ -3,7 +3,7 @@
 version's) says so at WARNING, naming the database with its password hidden and what
 is wrong, and checks again with backoff, saying so each time, until it can; then once,
 at INFO, that it can. While it can, it checks now and then, so that a database lost
-later is said too. Each check only reads (``persistence.schema.check_url``)."""
+later is said too. Each check only reads (``airlock.persistence.schema.check_url``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from persistence.db import shown_url
-from persistence.schema import SchemaStatus, check_url, first_line
-from workers.service import native
-from workers.service.backoff import backoff
+from airlock.persistence.db import shown_url
+from airlock.persistence.schema import SchemaStatus, check_url, first_line
+from airlock.workers.service import native
+from airlock.workers.service.backoff import backoff
 
 log = logging.getLogger("airlock")
 
@@ -81,7 +81,7 @@ class DatabaseWatch:
 
 def watch_database(url: str) -> DatabaseWatch:
     """Start watching the database at ``url`` from an OS thread of this process (it
-    goes on whatever the pool: see ``workers.service.native``)."""
+    goes on whatever the pool: see ``airlock.workers.service.native``)."""
     watch = DatabaseWatch(lambda: check_url(url))
     native.start_thread(lambda: watch.run(native.sleep))
     return watch

@@ -8,10 +8,10 @@ from typing import Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
-from loop.decisions import Decisions
-from loop.policy.parse import duration_seconds
-from workers.service.principals import check_name
+from airlock.loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
+from airlock.loop.decisions import Decisions
+from airlock.loop.policy.parse import duration_seconds
+from airlock.workers.service.principals import check_name
 
 CallDecisionKind = Literal["approve", "deny", "edit"]
 

@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 from pydantic import JsonValue
 
-from loop import LoopEvent, Usage, event_payload
-from loop.events import DecisionApplied, ModelCalled, RunStarted
-from persistence.domain import CallRecord, LedgerEntry
-from persistence.store import Event, Prior, RunStore
+from airlock.loop import LoopEvent, Usage, event_payload
+from airlock.loop.events import DecisionApplied, ModelCalled, RunStarted
+from airlock.persistence.domain import CallRecord, LedgerEntry
+from airlock.persistence.store import Event, Prior, RunStore
 
 
 class Pending(NamedTuple):

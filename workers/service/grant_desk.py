@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from persistence.domain import GrantRecord
-from persistence.store import RunStore
-from workers.service.grants import UnknownGrantError, summary
-from workers.service.principals import ForbiddenError, Principal, identity_of
-from workers.service.results import ConflictError
+from airlock.persistence.domain import GrantRecord
+from airlock.persistence.store import RunStore
+from airlock.workers.service.grants import UnknownGrantError, summary
+from airlock.workers.service.principals import ForbiddenError, Principal, identity_of
+from airlock.workers.service.results import ConflictError
 
 
 @dataclass

@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-from loop import Agent, DecisionError, PendingCall, SuspendedRunState
-from loop.canonical import canonical_json, sha256_hex
-from persistence.domain import GrantRecord, Release, Run
-from persistence.store import RunStore, UnknownRunError
-from workers.service.decisions import GrantBody
-from workers.service.principals import (
+from airlock.loop import Agent, DecisionError, PendingCall, SuspendedRunState
+from airlock.loop.canonical import canonical_json, sha256_hex
+from airlock.persistence.domain import GrantRecord, Release, Run
+from airlock.persistence.store import RunStore, UnknownRunError
+from airlock.workers.service.decisions import GrantBody
+from airlock.workers.service.principals import (
     Authority,
     Method,
     Principal,

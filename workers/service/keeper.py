@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from persistence.store import LeaseLostError, RunStore
-from workers.service import native
-from workers.service.events import RunEventSink
+from airlock.persistence.store import LeaseLostError, RunStore
+from airlock.workers.service import native
+from airlock.workers.service.events import RunEventSink
 
 log = logging.getLogger("airlock")
 
@@ -32,7 +32,7 @@ class Keeper:
     segment is left), instead of one per segment, whose start and join would cost more
     than a short segment's writes:
 
-    - the renewer, an OS thread (``workers.service.native``) on a connection of its own,
+    - the renewer, an OS thread (``airlock.workers.service.native``) on a connection of its own,
       renewing every lease of the process in one statement: under a gevent worker it
       goes on while hundreds of segments wait on their models and while one holds the
       CPU, and it never waits for a connection of the segments' pools;

@@ -8,9 +8,9 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
-from persistence.domain import CallRecord, CallStatus, LedgerEntry
-from persistence.store import Clock, RunStore, utcnow
+from airlock.loop import AirlockError, Effect, RequiresApproval, ToolInvocation, ToolOutcome
+from airlock.persistence.domain import CallRecord, CallStatus, LedgerEntry
+from airlock.persistence.store import Clock, RunStore, utcnow
 
 
 class StartCall(Protocol):

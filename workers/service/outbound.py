@@ -12,10 +12,10 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from persistence.store import RunStore
-from persistence.store.outbox import Notification
-from workers.service.backoff import backoff
+from airlock.loop.errors import AirlockError
+from airlock.persistence.store import RunStore
+from airlock.persistence.store.outbox import Notification
+from airlock.workers.service.backoff import backoff
 
 log = logging.getLogger("airlock")
 
@@ -36,7 +36,7 @@ Raises ``DeliveryError`` unless the receiver accepted it (a 2xx)."""
 
 MAX_DELIVERIES = 12
 """Tries of one notification before it is given up (kept, and counted, in the outbox):
-about 40 minutes of retries with ``workers.service.backoff``'s (capped at 10 minutes)."""
+about 40 minutes of retries with ``airlock.workers.service.backoff``'s (capped at 10 minutes)."""
 TAKE_FOR = timedelta(seconds=60)
 """How long a deliverer holds a notification it took: longer than a delivery's timeout,
 so no other deliverer sends it meanwhile; if the deliverer dies, it is due again."""

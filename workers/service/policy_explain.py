@@ -11,12 +11,12 @@ from functools import lru_cache
 
 from pydantic import JsonValue
 
-from loop import requires_approval
-from loop.errors import AirlockError
-from loop.policy import CallFacts, Judgement, Policy, Step, decide
-from persistence.domain import Run, RunEvent
-from workers.service.registry import Registry
-from workers.service.settings import settings
+from airlock.loop import requires_approval
+from airlock.loop.errors import AirlockError
+from airlock.loop.policy import CallFacts, Judgement, Policy, Step, decide
+from airlock.persistence.domain import Run, RunEvent
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.settings import settings
 
 
 @dataclass(frozen=True)

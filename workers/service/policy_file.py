@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from loop.policy import Policy, PolicyError, RunPolicy, parse_policy
-from workers.service.policy_regex import compile_re2
+from airlock.loop.errors import AirlockError
+from airlock.loop.policy import Policy, PolicyError, RunPolicy, parse_policy
+from airlock.workers.service.policy_regex import compile_re2
 
 log = logging.getLogger("airlock")
 

@@ -2,7 +2,7 @@
 which matches in time linear in the text, whatever the pattern (Python's ``re``
 backtracks: ``^([a-zA-Z0-9._-]+)*@corp\\.com$`` against 43 characters of a model's
 choosing kept one C call, and under gevent the whole worker, busy for over 40 s).
-``loop.policy`` takes :func:`compile_re2` as its ``compile_regex``; there is no
+``airlock.loop.policy`` takes :func:`compile_re2` as its ``compile_regex``; there is no
 fallback: without RE2 a file with a regex condition is refused."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loop.policy import Regex
+from airlock.loop.policy import Regex
 
 RE2_MAX_MEM = 8 << 20
 """The memory RE2 may use per pattern, to compile it and cache its automaton (RE2's

@@ -10,10 +10,10 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from loop import Agent, Approve, Edit, PendingCall, SuspendedRunState
-from loop.decisions import Decisions
-from loop.errors import AirlockError
-from loop.gate import resolve
+from airlock.loop import Agent, Approve, Edit, PendingCall, SuspendedRunState
+from airlock.loop.decisions import Decisions
+from airlock.loop.errors import AirlockError
+from airlock.loop.gate import resolve
 
 Method = Literal["webhook", "oidc", "cli", "api", "inbox", "airlock"]
 

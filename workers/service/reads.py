@@ -7,13 +7,13 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
 
-from persistence import schema
-from persistence.db import read_only_engine
-from persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
-from persistence.schema import SchemaStatus
-from persistence.store import Clock, RunStore
-from workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
-from workers.service.segments import Limits
+from airlock.persistence import schema
+from airlock.persistence.db import read_only_engine
+from airlock.persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
+from airlock.persistence.schema import SchemaStatus
+from airlock.persistence.store import Clock, RunStore
+from airlock.workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
+from airlock.workers.service.segments import Limits
 
 
 class Reads:
@@ -74,7 +74,7 @@ class Reads:
     @cached_property
     def reader(self) -> RunStore:
         """The store through which probes and figures read: on SQLite, over an engine
-        that opens the file read-only (``persistence.db.read_only_engine``), so that
+        that opens the file read-only (``airlock.persistence.db.read_only_engine``), so that
         looking creates nothing, not even the file; on PostgreSQL, the store itself."""
         engine = read_only_engine(self.store.engine)
         return self.store if engine is self.store.engine else RunStore(engine, clock=self.store.now)
@@ -106,6 +106,6 @@ class Reads:
 
     def schema_status(self) -> SchemaStatus:
         """Whether the database can be reached and its schema is this version's
-        (``persistence.schema``), read-only: an SQLite file that is not there is said to
+        (``airlock.persistence.schema``), read-only: an SQLite file that is not there is said to
         be absent, and is not made."""
         return schema.check(self.reader.engine)

@@ -14,8 +14,8 @@ import traceback
 from collections.abc import Iterable
 from types import ModuleType
 
-from loop import Agent, AirlockError
-from persistence.db import ConfigurationError
+from airlock.loop import Agent, AirlockError
+from airlock.persistence.db import ConfigurationError
 
 
 class UnknownAgentError(AirlockError, LookupError):

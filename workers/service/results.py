@@ -9,9 +9,9 @@ from typing import Literal, Protocol
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from persistence.domain import Reclaimed, RunStatus
-from workers.service.segments import EventType
+from airlock.loop.errors import AirlockError
+from airlock.persistence.domain import Reclaimed, RunStatus
+from airlock.workers.service.segments import EventType
 
 
 class Enqueue(Protocol):

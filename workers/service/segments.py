@@ -15,7 +15,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from loop import (
+from airlock.loop import (
     Agent,
     AirlockError,
     ApprovalRequired,
@@ -26,19 +26,19 @@ from loop import (
     SuspendedRunState,
     ToolLoop,
 )
-from loop.policy import RunPolicy
-from persistence.domain import Claim, RunStatus
-from persistence.schema import first_line
-from persistence.store import Clock, Event, LeaseLostError, RunStore
-from workers.service.backoff import backoff
-from workers.service.decisions import to_loop_decisions
-from workers.service.events import Pending, RunEventSink
-from workers.service.grants import release_for
-from workers.service.keeper import Keeper
-from workers.service.ledger import LedgerExecutor
-from workers.service.policy_file import PolicyHolder
-from workers.service.principals import Requester
-from workers.service.registry import Registry, UnknownAgentError
+from airlock.loop.policy import RunPolicy
+from airlock.persistence.domain import Claim, RunStatus
+from airlock.persistence.schema import first_line
+from airlock.persistence.store import Clock, Event, LeaseLostError, RunStore
+from airlock.workers.service.backoff import backoff
+from airlock.workers.service.decisions import to_loop_decisions
+from airlock.workers.service.events import Pending, RunEventSink
+from airlock.workers.service.grants import release_for
+from airlock.workers.service.keeper import Keeper
+from airlock.workers.service.ledger import LedgerExecutor
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.principals import Requester
+from airlock.workers.service.registry import Registry, UnknownAgentError
 
 log = logging.getLogger("airlock")
 

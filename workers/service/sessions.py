@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import JsonValue
 
-from loop.errors import AirlockError
-from persistence.store import RunStore, Slot
-from workers.service.principals import Method, Principal
+from airlock.loop.errors import AirlockError
+from airlock.persistence.store import RunStore, Slot
+from airlock.workers.service.principals import Method, Principal
 
 log = logging.getLogger("airlock")
 

@@ -12,14 +12,14 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from persistence.db import (
+from airlock.persistence.db import (
     DEFAULT_DATABASE_URL,
     ConfigurationError,
     hide_query_password,
     normalise_url,
 )
-from workers.service.policy_file import PolicyFileError, read_policy
-from workers.service.principals import OPERATOR_ROLES, check_name
+from airlock.workers.service.policy_file import PolicyFileError, read_policy
+from airlock.workers.service.principals import OPERATOR_ROLES, check_name
 
 EMBEDDED_BROKER = "filesystem://"
 
@@ -59,14 +59,14 @@ fails with a TypeError when the worker starts)."""
 
 class Settings(BaseSettings):
     # a refused value is not repeated in the error (``celery -A workers``, ``uvicorn
-    # workers.api:app`` print it whole): it may be a URL with its password, or a secret
+    # airlock.workers.api:app`` print it whole): it may be a URL with its password, or a secret
     model_config = SettingsConfigDict(
         env_prefix="AIRLOCK_", extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str = DEFAULT_DATABASE_URL
     broker_url: str = EMBEDDED_BROKER
-    agents: str = "workers.demo_agents:AGENTS"
+    agents: str = "airlock.workers.demo_agents:AGENTS"
     webhook_secret: str | None = None
     api_token: str | None = None
     notify_url: str | None = None

@@ -8,11 +8,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from loop import Approve, DecisionError, Deny, Edit, PendingCall, StateError, SuspendedRunState
-from persistence.domain import Run, RunEvent
-from persistence.schema import SchemaState, SchemaStatus
-from workers.service import Service, SweeperHealth
-from workers.service.decisions import to_loop_decisions
+from airlock.loop import (
+    Approve,
+    DecisionError,
+    Deny,
+    Edit,
+    PendingCall,
+    StateError,
+    SuspendedRunState,
+)
+from airlock.persistence.domain import Run, RunEvent
+from airlock.persistence.schema import SchemaState, SchemaStatus
+from airlock.workers.service import Service, SweeperHealth
+from airlock.workers.service.decisions import to_loop_decisions
 
 
 class UsageView(BaseModel):

@@ -1,5 +1,5 @@
 """The composition root: the process's one Service, built from the settings, with the
-Celery app (``workers.service.broker``) as its publisher. The doors get what they need
+Celery app (``airlock.workers.service.broker``) as its publisher. The doors get what they need
 from here."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
-from persistence.crypto import StateCipher
-from persistence.db import make_engine
-from persistence.store import RetryPolicy, RunStore
-from workers.service import Enqueue, Limits, Notify, Service, broker
-from workers.service.policy_file import PolicyHolder
-from workers.service.registry import Registry
-from workers.service.settings import Settings, settings
+from airlock.persistence.crypto import StateCipher
+from airlock.persistence.db import make_engine
+from airlock.persistence.store import RetryPolicy, RunStore
+from airlock.workers.service import Enqueue, Limits, Notify, Service, broker
+from airlock.workers.service.policy_file import PolicyHolder
+from airlock.workers.service.registry import Registry
+from airlock.workers.service.settings import Settings, settings
 
 
 def limits_of(config: Settings) -> Limits:

@@ -1,5 +1,5 @@
 """The Celery tasks: thin shells over the service (the door of every segment and beat
-job). Their names are versioned constants of ``workers.service.broker``."""
+job). Their names are versioned constants of ``airlock.workers.service.broker``."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from celery import Task
 
-from workers.service import EventType, SegmentInterruptedError
-from workers.service.backoff import backoff
-from workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
-from workers.service.database_watch import cannot_use
-from workers.service.settings import settings
-from workers.service.wiring import service
-from workers.tasks import metrics
-from workers.tasks.notify import deliver_due
+from airlock.workers.service import EventType, SegmentInterruptedError
+from airlock.workers.service.backoff import backoff
+from airlock.workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from airlock.workers.service.database_watch import cannot_use
+from airlock.workers.service.settings import settings
+from airlock.workers.service.wiring import service
+from airlock.workers.tasks import metrics
+from airlock.workers.tasks.notify import deliver_due
 
 log = logging.getLogger("airlock")
 

@@ -2,7 +2,7 @@
 POSTed to AIRLOCK_NOTIFY_URL when a run starts waiting and when it settles.
 
 The transition that causes one records it in the outbox (see
-``persistence.store.outbox``); ``deliver_due`` sends what is due, woken after the
+``airlock.persistence.store.outbox``); ``deliver_due`` sends what is due, woken after the
 commit and by the beat, so a lost wake-up or a worker lost mid-delivery delays a
 notification and never loses it.
 
@@ -32,8 +32,8 @@ import httpx
 from pydantic import JsonValue
 from standardwebhooks import Webhook
 
-from workers.service import DeliveryError, DeliveryReport, Service
-from workers.service.views import run_view
+from airlock.workers.service import DeliveryError, DeliveryReport, Service
+from airlock.workers.service.views import run_view
 
 __all__ = ["Delivery", "DeliveryError", "Notifier", "deliver", "deliver_due"]
 
@@ -182,7 +182,7 @@ class Notifier:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(
-                    target=loop.run_forever, name="airlock-notify", daemon=True
+                    target=airlock.loop.run_forever, name="airlock-notify", daemon=True
                 ).start()
                 self._loop = loop
             return self._loop

@@ -9,14 +9,14 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from workers.http.auth import Authenticator
-from workers.http.hub import Hubs
-from workers.http.inbox import live
-from workers.http.inbox.pages import HERE, Inbox
-from workers.http.inbox.routes import router
-from workers.http.streams import StreamSlots
-from workers.service import Service
-from workers.service.settings import Settings
+from airlock.workers.http.auth import Authenticator
+from airlock.workers.http.hub import Hubs
+from airlock.workers.http.inbox import live
+from airlock.workers.http.inbox.pages import HERE, Inbox
+from airlock.workers.http.inbox.routes import router
+from airlock.workers.http.streams import StreamSlots
+from airlock.workers.service import Service
+from airlock.workers.service.settings import Settings
 
 
 def mount(

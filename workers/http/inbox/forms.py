@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
-from loop import Agent, PendingCall
-from loop.errors import AirlockError
-from workers.service.decisions import DecisionBody, refuse_unstorable
+from airlock.loop import Agent, PendingCall
+from airlock.loop.errors import AirlockError
+from airlock.workers.service.decisions import DecisionBody, refuse_unstorable
 
 SIMPLE = {"string", "integer", "number", "boolean"}
 

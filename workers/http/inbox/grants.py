@@ -10,12 +10,12 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from persistence.store import UnknownRunError
-from workers.http.inbox.pages import HEADERS, Inbox
-from workers.service import ConflictError
-from workers.service.grants import view
-from workers.service.principals import ForbiddenError
-from workers.service.sessions import Session
+from airlock.persistence.store import UnknownRunError
+from airlock.workers.http.inbox.pages import HEADERS, Inbox
+from airlock.workers.service import ConflictError
+from airlock.workers.service.grants import view
+from airlock.workers.service.principals import ForbiddenError
+from airlock.workers.service.sessions import Session
 
 NOTICES = {"revoked": "Grant revoked: it releases nothing from now on."}
 

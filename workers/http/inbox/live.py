@@ -1,6 +1,6 @@
 """The inbox's live streams, under its sign-in: the waiting queue (``/inbox/stream``)
 and a run's events (``/inbox/runs/{id}/stream``), the same streams as the API's
-(``workers.http.streams``) for a page's EventSource (``static/live.js``), which sends
+(``airlock.workers.http.streams``) for a page's EventSource (``static/live.js``), which sends
 the sign-in's cookie and no bearer token. A stream ends when its sign-in does (signed
 out or expired), seen at the next heartbeat."""
 
@@ -11,10 +11,16 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
-from workers.http.hub import Hubs
-from workers.http.inbox.pages import Inbox
-from workers.http.problems import ProblemError
-from workers.http.streams import EventStream, StreamSlots, cursor_of, queue_stream, run_stream
+from airlock.workers.http.hub import Hubs
+from airlock.workers.http.inbox.pages import Inbox
+from airlock.workers.http.problems import ProblemError
+from airlock.workers.http.streams import (
+    EventStream,
+    StreamSlots,
+    cursor_of,
+    queue_stream,
+    run_stream,
+)
 
 
 def mount(app: FastAPI, inbox: Inbox, hubs: Hubs, slots: StreamSlots) -> None:

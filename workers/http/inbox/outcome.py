@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from loop import Agent, DecisionError, Edit, SuspendedRunState
-from loop.decisions import CallDecision
-from loop.errors import ToolArgumentsError
-from loop.events import DecisionSource
-from loop.gate import Denied, Refused, Runs, resolve, settlement
-from loop.state import PendingCall
-from workers.http.inbox.forms import Field, FormError, decision_of
-from workers.service import ConflictError
-from workers.service.decisions import DecisionBody, to_loop_decisions
-from workers.service.principals import Authority, ForbiddenError, approval_of
+from airlock.loop import Agent, DecisionError, Edit, SuspendedRunState
+from airlock.loop.decisions import CallDecision
+from airlock.loop.errors import ToolArgumentsError
+from airlock.loop.events import DecisionSource
+from airlock.loop.gate import Denied, Refused, Runs, resolve, settlement
+from airlock.loop.state import PendingCall
+from airlock.workers.http.inbox.forms import Field, FormError, decision_of
+from airlock.workers.service import ConflictError
+from airlock.workers.service.decisions import DecisionBody, to_loop_decisions
+from airlock.workers.service.principals import Authority, ForbiddenError, approval_of
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,20 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from loop import Agent, DecisionError, StateError, SuspendedRunState
-from persistence.domain import Run, RunStatus
-from persistence.store import UnknownRunError
-from workers.http.auth import Authenticator, TokenVerifier
-from workers.http.inbox import queue, story
-from workers.http.inbox.forms import Field, FormError, decision_of, fields_of
-from workers.http.inbox.outcome import Summary, summary
-from workers.http.inbox.present import NOTICES, STALE, explained, message
-from workers.http.inbox.queue import STATUS_WORDS
-from workers.http.problems import ProblemError
-from workers.service import ConflictError, Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import Authority, ForbiddenError, Principal, check_name
-from workers.service.sessions import (
+from airlock.loop import Agent, DecisionError, StateError, SuspendedRunState
+from airlock.persistence.domain import Run, RunStatus
+from airlock.persistence.store import UnknownRunError
+from airlock.workers.http.auth import Authenticator, TokenVerifier
+from airlock.workers.http.inbox import queue, story
+from airlock.workers.http.inbox.forms import Field, FormError, decision_of, fields_of
+from airlock.workers.http.inbox.outcome import Summary, summary
+from airlock.workers.http.inbox.present import NOTICES, STALE, explained, message
+from airlock.workers.http.inbox.queue import STATUS_WORDS
+from airlock.workers.http.problems import ProblemError
+from airlock.workers.service import ConflictError, Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import Authority, ForbiddenError, Principal, check_name
+from airlock.workers.service.sessions import (
     COOKIE,
     Credentials,
     Proved,
@@ -36,7 +36,7 @@ from workers.service.sessions import (
     SignInFailedError,
     csrf_ok,
 )
-from workers.service.views import event_view, pending_view
+from airlock.workers.service.views import event_view, pending_view
 
 HERE = Path(__file__).parent
 PAGE = 25

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from workers.service.views import clip
+from airlock.workers.service.views import clip
 
 
 def explained(exc: Exception) -> str:

@@ -11,15 +11,15 @@ from urllib.parse import urlencode
 
 from pydantic import JsonValue
 
-from loop import DecisionError, StateError
-from persistence.domain import Run, RunStatus
-from persistence.store import BadCursorError, UnknownRunError, parse_run_id
-from workers.http.inbox.present import NOTICES, STALE, ago, explained, line, until
-from workers.service import ConflictError, DecisionResult, Service
-from workers.service.decisions import DecisionBody
-from workers.service.principals import ForbiddenError
-from workers.service.sessions import Session
-from workers.service.views import pending_view
+from airlock.loop import DecisionError, StateError
+from airlock.persistence.domain import Run, RunStatus
+from airlock.persistence.store import BadCursorError, UnknownRunError, parse_run_id
+from airlock.workers.http.inbox.present import NOTICES, STALE, ago, explained, line, until
+from airlock.workers.service import ConflictError, DecisionResult, Service
+from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.principals import ForbiddenError
+from airlock.workers.service.sessions import Session
+from airlock.workers.service.views import pending_view
 
 PAGE = 25
 VIEWS = {

@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from workers.http.inbox import grants
-from workers.http.inbox.pages import HEADERS, HERE, Inbox
-from workers.http.problems import ProblemError
-from workers.service.sessions import COOKIE, ThrottledError
+from airlock.workers.http.inbox import grants
+from airlock.workers.http.inbox.pages import HEADERS, HERE, Inbox
+from airlock.workers.http.problems import ProblemError
+from airlock.workers.service.sessions import COOKIE, ThrottledError
 
 
 def router(inbox: Inbox) -> APIRouter:

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loop.gate import denial
-from workers.http.inbox.present import line
-from workers.service.views import clip
+from airlock.loop.gate import denial
+from airlock.workers.http.inbox.present import line
+from airlock.workers.service.views import clip
 
 KINDS = {
     "request": "started",
