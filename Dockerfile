@@ -6,6 +6,9 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# airlock/ links to the folders beside it (airlock/loop -> ../loop, …, migrations -> ../alembic)
+COPY airlock ./airlock
+COPY alembic ./alembic
 COPY loop ./loop
 COPY persistence ./persistence
 COPY providers ./providers

@@ -5,6 +5,11 @@ LangGraph with its PostgreSQL checkpointer (``bench/peer``, installed pinned int
 own virtualenv on first use), one process, the same PostgreSQL.
 
     .venv/bin/python -m bench.approval_path [--n 150] [--runs 600] [--clients 4] [--rounds 3]
+        [--no-notify]
+
+Notifications are on, by default (issue 46): every run's events go to a receiver in its
+own process (``bench.receiver``, answering 204 at once), delivered by the worker's
+dispatcher; ``--no-notify`` measures without.
 
 In each of ``--rounds`` rounds: Airlock runs ``n/rounds`` W1 runs one at a time (the
 approval's parts), then ``runs/rounds`` with ``clients`` clients at a time (throughput,
@@ -46,8 +51,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from airlock.workers.testing import Stack, wait_for
-from bench import peer
+from airlock.workers.testing import SECRET, Stack, wait_for
+from bench import peer, receiver
 from bench.common import CpuMeter, Proc, led_by, progress, record, temporary_database
 from bench.http import Client
 from bench.stack import deployment, pct, status, throughput, w1_waiting
@@ -139,14 +144,16 @@ class Totals:
     peer_wall: float = 0.0
 
 
-def measure(rounds: int, n: int, clients: int, runs: int) -> Totals:
+def measure(
+    rounds: int, n: int, clients: int, runs: int, settings: dict[str, str] | None = None
+) -> Totals:
     """``rounds`` rounds, each: ``n / rounds`` W1 runs on Airlock one at a time (the
     approval's parts), ``runs / rounds`` with ``clients`` at a time (throughput and
     CPU), then ``n / rounds`` on the peer, one after the other, so that a slow phase of
     the host falls on both sides alike."""
     totals = Totals()
     with (
-        deployment() as (stack, base, _worker),
+        deployment(settings) as (stack, base, _worker),
         Client() as client,
         temporary_database() as peer_db,
     ):
@@ -194,12 +201,19 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="Airlock's clients at a time")
     parser.add_argument("--runs", type=int, default=600, help="Airlock's runs for throughput")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--notify", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     global TRACE  # noqa: PLW0603 - the deployment's processes append to it
     trace = Path(tempfile.mkdtemp(prefix="airlock-trace-")) / "trace.txt"
     os.environ[VARIABLE] = str(trace)
     TRACE = Trace(trace)
-    t = measure(args.rounds, args.n, args.clients, args.runs)
+    hook, url = receiver.start("fast") if args.notify else (None, None)
+    settings = {"AIRLOCK_NOTIFY_URL": url, "AIRLOCK_NOTIFY_SECRET": SECRET} if url else None
+    try:
+        t = measure(args.rounds, args.n, args.clients, args.runs, settings)
+    finally:
+        if hook is not None:
+            hook.stop()
     rate = t.airlock_runs / t.airlock_wall
     peer_rate = len(t.peer_create) / t.peer_wall
     parts = {part: ms([s[part] for s in t.samples]) for part in (*PARTS, "total")}
@@ -224,6 +238,7 @@ def main() -> None:
             "create_to_done": ms(t.peer_create),
             "runs_per_s": round(peer_rate, 1),
         },
+        "notifications": args.notify,
         "approve_ratio_p50": round(parts["total"]["p50_ms"] / peer_approve["p50_ms"], 2),
         "throughput_ratio": round(rate / peer_rate, 2),
     }
@@ -242,7 +257,7 @@ def main() -> None:
     print(f"Airlock CPU per run (ms): {result['airlock']['cpu_ms_per_run']}")
     command = (
         f"approval_path --n {args.n} --clients {args.clients} --runs {args.runs}"
-        f" --rounds {args.rounds}"
+        f" --rounds {args.rounds}" + ("" if args.notify else " --no-notify")
     )
     record("approval_path", command, result, n=args.n)
 

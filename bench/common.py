@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -152,3 +154,30 @@ class CpuMeter:
     def stop(self) -> dict[str, float]:
         now = self._now()
         return {name: now[name] - self._since.get(name, 0.0) for name in now}
+
+
+def outbox_figures(engine: Any) -> dict[str, Any]:
+    """The outbox as it stands (issue 46): notifications recorded, delivered, not yet
+    delivered, the failed attempts (``notify_failed`` events: retries), and the lag of
+    those delivered (transition → 2xx) p50 / p99 in seconds."""
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT created_at, delivered_at FROM outbox")).all()
+        failed = conn.execute(
+            text("SELECT count(*) FROM run_events WHERE kind = 'notify_failed'")
+        ).scalar_one()
+    lags = sorted((d - c).total_seconds() for c, d in rows if d is not None)
+    return {
+        "recorded": len(rows),
+        "delivered": len(lags),
+        "undelivered": len(rows) - len(lags),
+        "failed_attempts": int(failed),
+        "lag_p50_s": _rank(lags, 0.5),
+        "lag_p99_s": _rank(lags, 0.99),
+    }
+
+
+def _rank(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of ``ordered``, in seconds, or None of none."""
+    if not ordered:
+        return None
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 3)

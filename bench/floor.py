@@ -11,8 +11,8 @@ from functools import lru_cache
 from sqlalchemy import Engine, text
 
 from airlock.persistence.db import make_engine
-from airlock.workers.service.broker import make_app
 from airlock.workers.service.settings import settings
+from airlock.workers.tasks.broker import make_app
 
 app = make_app(settings())
 FLOOR = "bench.floor.v1"

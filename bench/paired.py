@@ -55,7 +55,7 @@ def deployment(root: Path, side: int) -> Iterator[tuple[Stack, str]]:
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {"PYTHONPATH": str(root)}
         port = free_port()
-        api = [sys.executable, "-m", "workers", "api", "--port", str(port)]
+        api = [sys.executable, "-m", "airlock.workers", "api", "--port", str(port)]
         worker = airlock_worker(f"paired{side}")
         try:
             stack.processes.append(Process("api", api, env, tmp / "api.log", root).start())

@@ -1,4 +1,4 @@
-"""A wake-up's publish, as the API and the workers send it (``airlock.workers.service.publisher``:
+"""A wake-up's publish, as the API and the workers send it (``airlock.workers.tasks.publisher``:
 ``send_task`` given a producer each thread keeps) against plain ``send_task`` (the
 baseline: what ``apply_async`` calls), on the local Redis, measured in the same run.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import redis
 
-from airlock.workers.service.broker import QUEUE, RUN_SEGMENT, make_app
-from airlock.workers.service.publisher import Publisher
 from airlock.workers.service.settings import Settings
+from airlock.workers.tasks.broker import QUEUE, RUN_SEGMENT, make_app
+from airlock.workers.tasks.publisher import Publisher
 from bench.common import REDIS, progress, record
 
 

@@ -33,7 +33,6 @@ from sqlalchemy import text
 import bench.http
 from airlock.persistence.domain import RunStatus
 from airlock.workers.cli.demo import signed_request
-from airlock.workers.service.queues import NOTIFICATIONS, SEGMENTS
 from airlock.workers.testing import SECRET, TOKEN, Process, Stack, airlock_env, free_port, wait_for
 from bench.checkpoint import state_of_size
 from bench.common import REDIS, progress, record, temporary_database
@@ -56,45 +55,36 @@ def bench_config(database: str, broker: str, tmp: Path) -> dict[str, str]:
 
 
 @contextmanager
-def deployment(
-    settings: dict[str, str] | None = None, *, notifier: bool = False
-) -> Iterator[tuple[Stack, str, Process]]:
+def deployment(settings: dict[str, str] | None = None) -> Iterator[tuple[Stack, str, Process]]:
     """An API process and ``airlock worker`` on the local Redis and a fresh PostgreSQL
-    database; ``settings``: more of the deployment's environment. ``notifier``: the
-    worker consumes the segments' queue alone (``-Q airlock``) and a second one the
-    notifications' (``-Q airlock.notifications``), as docs/operations.md describes."""
+    database; ``settings``: more of the deployment's environment (``AIRLOCK_NOTIFY_URL``:
+    the worker's dispatcher delivers the notifications)."""
     redis.Redis.from_url(REDIS).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
     with temporary_database() as url:
         config = bench_config(url, REDIS, tmp) | (settings or {})
-        with _processes(config, tmp, notifier=notifier) as running:
+        with _processes(config, tmp) as running:
             yield running
 
 
 @contextmanager
-def _processes(
-    config: dict[str, str], tmp: Path, *, notifier: bool = False
-) -> Iterator[tuple[Stack, str, Process]]:
+def _processes(config: dict[str, str], tmp: Path) -> Iterator[tuple[Stack, str, Process]]:
     stack = Stack(config, tmp)
     port = free_port()
     api = Process(
         "api",
-        [sys.executable, "-m", "workers", "api", "--port", str(port), *API_OPTIONS],
+        [sys.executable, "-m", "airlock.workers", "api", "--port", str(port), *API_OPTIONS],
         airlock_env(config, stack.outbox),
         tmp / "api.log",
     ).start()
     stack.processes.append(api)
     base = f"http://127.0.0.1:{port}"
     wait_for("the API", lambda: up(base), timeout=30)
-    queues = ("-Q", SEGMENTS) if notifier else ()
     worker = Process(
-        "w1", airlock_worker("w1", "--include", "bench.trace", *queues), api.env, tmp / "w1.log"
+        "w1", airlock_worker("w1", "--include", "bench.trace"), api.env, tmp / "w1.log"
     ).start()
     stack.processes.append(worker)
-    if notifier:
-        argv = airlock_worker("notifier", "-Q", NOTIFICATIONS)
-        stack.processes.append(Process("notifier", argv, api.env, tmp / "notifier.log").start())
-    wait_answers(stack, answering=2 if notifier else 1)
+    wait_answers(stack)
     try:
         yield stack, base, worker
     finally:
@@ -112,7 +102,7 @@ def airlock_worker(name: str, *extra: str) -> list[str]:
     written. ``extra`` goes to ``celery worker`` (``--include bench.trace`` loads the
     trace points)."""
     return [
-        sys.executable, "-m", "workers", "worker", "-n", f"{name}@%h",
+        sys.executable, "-m", "airlock.workers", "worker", "-n", f"{name}@%h",
         *WORKER_OPTIONS, *extra,
     ]  # fmt: skip
 

@@ -31,7 +31,7 @@ from sqlalchemy import create_engine, text
 
 from airlock.workers.service import Principal, Service
 from airlock.workers.service.settings import Settings
-from airlock.workers.service.wiring import build_service
+from airlock.workers.tasks.wiring import build_service
 from airlock.workers.testing import TOKEN, Stack
 from bench.common import progress, record, temporary_database
 

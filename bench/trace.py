@@ -44,8 +44,8 @@ def install() -> None:
 
     from airlock.persistence.store.decisions import Decisions  # noqa: PLC0415
     from airlock.persistence.store.transitions import Transitions  # noqa: PLC0415
-    from airlock.workers.service.broker import RUN_SEGMENT  # noqa: PLC0415
-    from airlock.workers.service.publisher import Publisher  # noqa: PLC0415
+    from airlock.workers.tasks.broker import RUN_SEGMENT  # noqa: PLC0415
+    from airlock.workers.tasks.publisher import Publisher  # noqa: PLC0415
 
     if getattr(Decisions.record_decision, "traced", False):
         return

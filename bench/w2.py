@@ -60,12 +60,13 @@ from sqlalchemy import create_engine, text
 
 from airlock.workers.cli.demo import signed_request
 from airlock.workers.testing import SECRET, Process, Stack, airlock_env, free_port, wait_for
-from bench import peer
+from bench import peer, receiver
 from bench.common import (
     PG,
     CpuMeter,
     Proc,
     led_by,
+    outbox_figures,
     progress,
     record,
     redis_url,
@@ -208,7 +209,8 @@ def model_stats(url: str, *, reset: bool = False) -> dict[str, int]:
 
 def worker_command(worker_args: str) -> list[str]:
     """``airlock worker`` as an operator starts it: no options unless given."""
-    return [sys.executable, "-m", "workers", "worker", "-n", "w2@%h", *shlex.split(worker_args)]
+    argv = [sys.executable, "-m", "airlock.workers", "worker", "-n", "w2@%h"]
+    return [*argv, *shlex.split(worker_args)]
 
 
 @contextmanager
@@ -223,7 +225,7 @@ def airlock(
         stack = Stack(config, tmp)
         env = airlock_env(config, stack.outbox) | {MODEL_URL: f"{model_url}/v1"}
         port = free_port()
-        api = [sys.executable, "-m", "workers", "api", "--port", str(port)]
+        api = [sys.executable, "-m", "airlock.workers", "api", "--port", str(port)]
         try:
             stack.processes.append(
                 Process("api", api, env | {"PGAPPNAME": API_APP}, tmp / "api.log").start()
@@ -234,7 +236,8 @@ def airlock(
             worker = Process("worker", worker_command(worker_args), worker_env, tmp / "worker.log")
             stack.processes.append(worker.start())
             # as deployed: the sweeper re-sends what a lost message or segment left behind
-            beat = [sys.executable, "-m", "workers", "beat", "-s", str(tmp / "beat-schedule")]
+            schedule = str(tmp / "beat-schedule")
+            beat = [sys.executable, "-m", "airlock.workers", "beat", "-s", schedule]
             beat_env = env | {"PGAPPNAME": BEAT_APP}
             stack.processes.append(Process("beat", beat, beat_env, tmp / "beat.log").start())
             wait_answers(stack)
@@ -394,9 +397,14 @@ async def drive(
 # -- the two sides ----------------------------------------------------------------------------
 
 
-def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) -> dict[str, Any]:
+def measure_airlock(
+    args: argparse.Namespace, model_url: str, model: Process, notify_url: str | None = None
+) -> dict[str, Any]:
+    """Airlock's side; with ``notify_url``, every run's notifications go there."""
     tmp = Path(tempfile.mkdtemp(prefix="airlock-w2-"))
     settings = dict(item.split("=", 1) for item in args.set)
+    if notify_url:
+        settings |= {"AIRLOCK_NOTIFY_URL": notify_url, "AIRLOCK_NOTIFY_SECRET": SECRET}
     with airlock(model_url, args.worker_args, tmp, settings) as (stack, base):
         api, worker, beat = (p.pid for p in stack.processes)
         me = os.getpid()
@@ -435,6 +443,8 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
                 poll=args.poll,
             )
         )
+        # as the last run ends: what the receiver has not had yet, the lag, the retries
+        notified = outbox_figures(stack.service.store.engine) if notify_url else None
         calls = model_stats(model_url)
         statuses = {str(k): v for k, v in stack.service.store.queries.count_by_status().items()}
         answers = _answers_ping(stack)
@@ -461,6 +471,7 @@ def measure_airlock(args: argparse.Namespace, model_url: str, model: Process) ->
         "worker_answered_ping_at_end": answers,
         "error_sample": driven.errors[:5],
         "worker_warnings": warnings(log),
+        "notifications_at_last_run": notified,
     }
 
 
@@ -560,6 +571,13 @@ def main() -> None:
         metavar="AIRLOCK_X=VALUE",
         help="a setting of Airlock's processes (e.g. AIRLOCK_DB_POOL_SIZE=16); repeatable",
     )
+    parser.add_argument(
+        "--notify",
+        choices=("on", "off", "both"),
+        default="both",
+        help="notifications to a receiver in its own process (both: off, then on, and the"
+        " ratio; the peer is compared with the 'on' side)",
+    )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--peer-pool", type=int, default=20, help="the peer's connections")
     args = parser.parse_args()
@@ -574,12 +592,23 @@ def main() -> None:
         + (f" --poll {args.poll:g}" if args.poll != POLL else "")
         + ("" if args.peer else " --no-peer")
         + (f" --peer-pool {args.peer_pool}" if args.peer_pool != 20 else "")
+        + (f" --notify {args.notify}" if args.notify != "both" else "")
     )
     load_before = [round(v, 2) for v in os.getloadavg()]
     tmp = Path(tempfile.mkdtemp(prefix="airlock-w2-model-"))
     model, model_url = fake_model(args.latency, tmp)
+    hook, notify_url = receiver.start("fast") if args.notify != "off" else (None, None)
     try:
-        result: dict[str, Any] = {"airlock": measure_airlock(args, model_url, model)}
+        result: dict[str, Any] = {}
+        if args.notify == "both":
+            result["airlock_off"] = measure_airlock(args, model_url, model)
+            model_stats(model_url, reset=True)
+        result["airlock"] = measure_airlock(args, model_url, model, notify_url)
+        result["notify"] = args.notify
+        if "airlock_off" in result:
+            result["ratio_notify_on_off"] = round(
+                result["airlock"]["runs_per_s"] / result["airlock_off"]["runs_per_s"], 2
+            )
         if args.peer and peer.ready():
             model_stats(model_url, reset=True)
             result["peer"] = measure_peer(args, model_url, model)
@@ -587,6 +616,8 @@ def main() -> None:
             progress(f"no peer: bench/.peer-venv is missing or stale; make it with `{peer.MAKE}`")
     finally:
         model.stop()
+        if hook is not None:
+            hook.stop()
     a = result["airlock"]
     if "peer" in result:
         p = result["peer"]
@@ -629,6 +660,18 @@ def _show(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f" {a['worker_answered_ping_at_end']})"
     )
     print(f"  CPU ms per run: {a['cpu_ms_per_run']}; host: {a['host']}")
+    if (n := a.get("notifications_at_last_run")) is not None:
+        print(
+            f"  notifications ON ({n['recorded']} recorded): as the last run ended,"
+            f" {n['undelivered']} not yet delivered; lag p50 {n['lag_p50_s']} s"
+            f" p99 {n['lag_p99_s']} s; {n['failed_attempts']} failed attempts (retries)"
+        )
+    if "airlock_off" in result:
+        off = result["airlock_off"]
+        print(
+            f"  notifications OFF: {off['runs_per_s']} runs/s; on / off"
+            f" {result['ratio_notify_on_off']}x"
+        )
     if "peer" in result:
         p = result["peer"]
         print(

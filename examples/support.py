@@ -14,8 +14,7 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from airlock.loop import Agent, Effect, Model, ToolContext, tool
-from airlock.providers import AnthropicModel, OpenAIModel
+from airlock import Agent, AnthropicModel, Effect, Model, OpenAIModel, ToolContext, tool
 
 ORDERS: dict[str, JsonValue] = {
     "17": {"customer": "alice@example.com", "total_cents": 4200, "status": "delivered"}

@@ -32,6 +32,15 @@ def hide_query_password(url: str) -> str:
     return QUERY_PASSWORD.sub(r"\1***", url)
 
 
+USER_PASSWORD = re.compile(r"^([a-z0-9+.-]+://[^:/@]*:)([^@/]*)@", re.IGNORECASE)
+
+
+def hide_password(url: str) -> str:
+    """A broker URL as it may be printed: a password in its user part shown as ``**``
+    (as kombu shows it), and one in its query as ``***``."""
+    return hide_query_password(USER_PASSWORD.sub(r"\1**@", url))
+
+
 def shown_url(url: str | URL) -> str:
     """A database URL as it may be printed: its password, in its user part or its
     query, shown as ``***``."""

@@ -1,4 +1,4 @@
-"""``python -m workers``: the ``airlock`` command (see ``airlock.workers.cli.launch``)."""
+"""``python -m airlock.workers``: the ``airlock`` command (see ``airlock.workers.cli.launch``)."""
 
 from airlock.workers.cli.launch import main
 

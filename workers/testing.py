@@ -27,9 +27,9 @@ from sqlalchemy.exc import OperationalError
 
 from airlock.persistence.domain import Run, RunStatus
 from airlock.workers.service import Service
-from airlock.workers.service.broker import RUN_SEGMENT, make_app
 from airlock.workers.service.settings import Settings
-from airlock.workers.service.wiring import build_service
+from airlock.workers.tasks.broker import RUN_SEGMENT, make_app
+from airlock.workers.tasks.wiring import build_service
 
 ROOT = Path(__file__).resolve().parents[1]
 """The folder Airlock's packages are imported from (a checkout's root, for an editable
@@ -134,15 +134,15 @@ def celery_worker(
     airlock: bool = False,
     options: Sequence[str] = (),
 ) -> Process:
-    """``celery -A workers worker -c concurrency`` (prefork), or with ``airlock``
+    """``celery -A airlock.workers worker -c concurrency`` (prefork), or with ``airlock``
     ``airlock worker OPTIONS`` as an operator runs it (no pool or concurrency given:
     airlock worker's defaults, ``-P gevent -c 200`` on Redis, Celery's on the embedded
     broker)."""
     argv = [sys.executable, "-m"]
     if airlock:
-        argv += ["workers", "worker", "-l", "info", *options]
+        argv += ["airlock.workers", "worker", "-l", "info", *options]
     else:
-        argv += ["celery", "-A", "workers", "worker", "-l", "info", "-c", str(concurrency)]
+        argv += ["celery", "-A", "airlock.workers", "worker", "-l", "info", "-c", str(concurrency)]
     argv += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle"]
     if include:  # modules the worker imports as it starts (``celery worker --include``)
         argv += ["--include", ",".join(include)]
@@ -151,7 +151,7 @@ def celery_worker(
 
 def celery_beat(config: Mapping[str, str], outbox: Path, log: Path, home: Path) -> Process:
     argv = [
-        sys.executable, "-m", "celery", "-A", "workers", "beat", "-l", "info",
+        sys.executable, "-m", "celery", "-A", "airlock.workers", "beat", "-l", "info",
         "-s", str(home / "beat-schedule"),
     ]  # fmt: skip
     return Process("beat", argv, airlock_env(config, outbox), log)
@@ -212,7 +212,7 @@ class Stack:
         port = free_port()
         api = Process(
             "api",
-            [sys.executable, "-m", "workers", "api", "--port", str(port)],
+            [sys.executable, "-m", "airlock.workers", "api", "--port", str(port)],
             airlock_env(self.config, self.outbox) | env,
             self.tmp / "api.log",
         ).start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -383,3 +384,18 @@ def test_scrapes_count_runs_in_the_database_at_most_every_few_seconds(
     assert len(counted) == 1
     assert "airlock_notifications_due 0.0" in metrics
     assert "airlock_notifications_given_up 0.0" in metrics
+
+
+def test_metrics_show_the_lag_of_the_last_notifications_delivered(api: Api) -> None:
+    """Issue 46: notification lag (transition → 2xx) on ``/metrics``, read from the
+    outbox (the workers that deliver serve their own histogram)."""
+    created = api.client.post(
+        "/v1/runs", json={"agent": "w1", "input": "x"}, headers=api.headers()
+    ).json()
+    outbox = api.service.store.outbox
+    outbox.add(created["id"], "run.completed")
+    [taken] = outbox.claim(1, timedelta(seconds=60))
+    outbox.delivered(taken, "{}", 204)
+    metrics = api.client.get("/metrics").text
+    assert 'airlock_notification_lag_seconds{quantile="0.5"}' in metrics
+    assert 'airlock_notification_lag_seconds{quantile="0.99"}' in metrics

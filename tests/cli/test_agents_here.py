@@ -214,7 +214,7 @@ def test_a_module_not_found_is_named_with_where_it_was_looked_for(
 
 
 def test_a_module_that_fails_to_import_is_named_with_its_line(here: Path) -> None:
-    (here / "broken.py").write_text("from loop import Agent\n\nAGENTS = [payments]\n")
+    (here / "broken.py").write_text("from airlock import Agent\n\nAGENTS = [payments]\n")
     ok(airlock("db", "upgrade", cwd=here, env=environment(here)))
     result = airlock("run", "x", "y", cwd=here, env=environment(here, agents="broken:AGENTS"))
     assert result.returncode == 2

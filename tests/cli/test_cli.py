@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def airlock(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> Any:
     return subprocess.run(
-        [sys.executable, "-m", "workers", *args],
+        [sys.executable, "-m", "airlock.workers", *args],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -159,13 +159,13 @@ def test_stats_says_when_the_sweeper_ran(
     assert "sweeper: last ran" in airlock("stats", env=cli_env, cwd=tmp_path).stdout
 
 
-@pytest.mark.parametrize("command", [["workers"], ["celery", "-A", "workers"]])
+@pytest.mark.parametrize("command", [["airlock.workers"], ["celery", "-A", "airlock.workers"]])
 def test_beat_starts_in_a_folder_without_its_home(
     cli_env: dict[str, str], tmp_path: Path, command: list[str]
 ) -> None:
     """Issue 27, defect 1: beat exited at start where .airlock/ did not exist (as in
     the image); it makes the folder of its schedule file and saves it there. So does
-    `celery -A workers beat`, whose banner opens the schedule before beat_init is sent."""
+    `celery -A airlock.workers beat`, whose banner opens the schedule before beat_init is sent."""
     env = {k: v for k, v in cli_env.items() if k != "AIRLOCK_HOME"}
     folder = tmp_path / "empty"
     folder.mkdir()
@@ -325,7 +325,7 @@ def test_runs_events_follow_prints_each_event_once_until_the_run_ends(
     run_id = waiting(service)
     so_far = len(service.events(run_id))
     follow = subprocess.Popen(
-        [sys.executable, "-m", "workers", "runs", "events", run_id, "--follow", "--json"],
+        [sys.executable, "-m", "airlock.workers", "runs", "events", run_id, "--follow", "--json"],
         env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

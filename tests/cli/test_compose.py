@@ -38,12 +38,12 @@ def resolve(argv: list[str]) -> tuple[Any, list[str]]:
 
 def test_the_expected_services_exist() -> None:
     assert set(services()) == {
-        "postgres", "redis", "migrate", "api", "worker", "notifier", "beat",
+        "postgres", "redis", "migrate", "api", "worker", "beat",
     }  # fmt: skip
 
 
 def test_every_airlock_command_is_real() -> None:
-    for name in ("migrate", "api", "worker", "notifier", "beat"):
+    for name in ("migrate", "api", "worker", "beat"):
         argv = services()[name]["command"]
         assert argv[0] == "airlock", name
         command, rest = resolve(argv[1:])
@@ -53,7 +53,7 @@ def test_every_airlock_command_is_real() -> None:
 
 
 def test_every_airlock_service_has_valid_configuration() -> None:
-    for name in ("migrate", "api", "worker", "notifier", "beat"):
+    for name in ("migrate", "api", "worker", "beat"):
         env = services()[name]["environment"]
         values = {
             k.removeprefix("AIRLOCK_").lower(): _default(v)
@@ -81,10 +81,9 @@ def test_redis_keeps_messages_and_every_service_is_supervised() -> None:
 def test_healthchecks_are_commands_that_docker_runs_as_written() -> None:
     """Issue 27, defect 2: an exec-form check is run with no shell, so a `$$HOSTNAME` in
     it reached Celery as the text `$HOSTNAME` (and it named four nodes by hand)."""
-    for name in ("api", "worker", "notifier", "beat"):
+    for name in ("api", "worker", "beat"):
         test = services()[name]["healthcheck"]["test"]
-        role = "worker" if name == "notifier" else name  # the notifier is a worker
-        assert test == ["CMD", "airlock", "health", role], name
+        assert test == ["CMD", "airlock", "health", name], name
         command, rest = resolve(test[2:])
         command.make_context("airlock", rest)
     for name, service in services().items():
@@ -98,7 +97,7 @@ def test_every_setting_is_passed_through_to_the_airlock_services() -> None:
     others) never reached the containers. Every AIRLOCK_ variable the settings read is
     in each Airlock service's environment, but AIRLOCK_HOME (the image sets it)."""
     read = {f"AIRLOCK_{name.upper()}" for name in Settings.model_fields} - {"AIRLOCK_HOME"}
-    for name in ("migrate", "api", "worker", "notifier", "beat"):
+    for name in ("migrate", "api", "worker", "beat"):
         passed = set(services()[name]["environment"])
         assert read - passed == set(), name
         assert {v for v in passed if v.startswith("AIRLOCK_")} - read == set(), name
@@ -137,7 +136,7 @@ def _default(value: object) -> str:
 def test_secrets_have_no_public_defaults_and_the_api_is_local() -> None:
     from airlock.workers.service.settings import check_secrets
 
-    for name in ("api", "worker", "notifier", "beat"):
+    for name in ("api", "worker", "beat"):
         env = services()[name]["environment"]
         for variable in ("AIRLOCK_WEBHOOK_SECRET", "AIRLOCK_API_TOKEN"):
             assert ":?" in str(env[variable]), f"{name}: {variable} has a default"

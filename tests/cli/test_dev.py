@@ -34,7 +34,7 @@ def dev(folder: Path, *args: str) -> Iterator[tuple[dict[str, str], str]]:
     port = free_port()
     out = folder / f"dev-{port}.out"
     env = clean_env(PYTHONUNBUFFERED="1", AIRLOCK_SOFT_SHUTDOWN_TIMEOUT="0")
-    argv = [sys.executable, "-m", "workers", "dev", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "airlock.workers", "dev", "--port", str(port), *args]
     with out.open("w") as sink:
         proc = subprocess.Popen(argv, cwd=folder, env=env, stdout=sink, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

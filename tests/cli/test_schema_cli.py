@@ -92,8 +92,8 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
     them: a line and exit 3 still, not a traceback."""
     from airlock.workers.cli import app as cli_app
     from airlock.workers.cli import commands as cli
-    from airlock.workers.service import wiring
     from airlock.workers.service.settings import settings
+    from airlock.workers.tasks import wiring
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()

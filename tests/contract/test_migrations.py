@@ -105,7 +105,7 @@ def test_migrators_that_start_at_once_take_turns(postgres_template: str) -> None
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     env = {**os.environ, "AIRLOCK_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "workers", "db", "upgrade"]
+    argv = [sys.executable, "-m", "airlock.workers", "db", "upgrade"]
     holder = create_engine(url, isolation_level="AUTOCOMMIT")
     migrators: list[subprocess.Popen[str]] = []
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from cryptography.fernet import Fernet
 from pydantic import JsonValue
 from sqlalchemy import Engine, select
@@ -22,6 +21,7 @@ from airlock.persistence.store import RunStore
 from airlock.persistence.store.sql import OUTBOX
 from airlock.workers.service import MAX_DELIVERIES, EventType, Limits, Outcome, Service
 from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.outbound import TAKE_FOR
 from airlock.workers.service.principals import Principal
 from airlock.workers.service.registry import Registry
 from airlock.workers.tasks.notify import Delivery, DeliveryError, deliver_due
@@ -106,7 +106,8 @@ def test_a_suspension_records_its_notification_and_a_failed_wake_up_loses_nothin
     assert len(receiver.sent) == 1
     [row] = outbox_rows(engine)
     assert (row.due_at, row.status_code, row.attempts) == (None, 204, 1)
-    assert [e.kind for e in service.store.events.read(run.id)][-1] == "notified"
+    assert row.delivered_at is not None  # the record of the delivery: no event besides
+    assert "notify_failed" not in [e.kind for e in service.store.events.read(run.id)]
 
 
 def test_a_transition_that_does_not_happen_records_no_notification(
@@ -148,7 +149,8 @@ def test_a_failed_delivery_is_retried_under_the_same_webhook_id_with_the_same_bo
     assert first_id == row.webhook_id and first["data"]["status"] == "waiting_for_approval"
     assert second["type"] == "run.cancelled" and second_id != first_id
     kinds = [e.kind for e in service.store.events.read(run.id)]
-    assert kinds.count("notify_failed") == 1 and kinds.count("notified") == 2
+    assert kinds.count("notify_failed") == 1
+    assert all(row.delivered_at is not None for row in outbox_rows(engine))
 
 
 def test_a_notification_is_given_up_after_the_last_attempt_and_kept(
@@ -168,29 +170,78 @@ def test_a_notification_is_given_up_after_the_last_attempt_and_kept(
     assert service.store.outbox.counts().given_up == 1
 
 
-def test_two_deliverers_racing_send_a_notification_once(
-    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+def test_two_dispatchers_claim_disjoint_rows(engine: Engine, clock: FakeClock) -> None:
+    """Each claim takes what no other claim holds: the second finds nothing while the
+    first holds every due row (its lease has not run out)."""
+    service, _ = notifying_service(engine, clock)
+    for i in range(3):
+        run, _ = service.start_run("mailer", f"go {i}")
+        service.run_segment(run.id, "w")
+    first = service.store.outbox.claim(10, TAKE_FOR)
+    assert len(first) == 3 and len({n.run_id for n in first}) == 3
+    assert service.store.outbox.claim(10, TAKE_FOR) == []
+    clock.advance(seconds=TAKE_FOR.total_seconds() + 1)  # the first dispatcher died
+    again = service.store.outbox.claim(10, TAKE_FOR)
+    assert sorted(n.id for n in again) == sorted(n.id for n in first)
+    assert {n.attempts for n in again} == {2}
+
+
+def test_a_runs_later_notification_waits_for_its_earlier_one(
+    engine: Engine, clock: FakeClock
 ) -> None:
-    """The second deliverer runs entirely between the first one's SELECT of what is due
-    and its UPDATE that takes the row."""
+    """Issue 46: a run's ``completed`` must never reach the receiver before its
+    ``waiting_for_approval``: only a run's first unsettled row can be claimed, while it
+    is claimed, while it waits for its retry, until it is settled."""
     service, _ = notifying_service(engine, clock)
     run, _ = service.start_run("mailer", "go")
     service.run_segment(run.id, "w")
-    receiver = Receiver()
+    service.cancel(run.id, by=OPERATOR)  # a second row for the run, due at once
     outbox = service.store.outbox
-    due = outbox.due
-    raced: list[int] = []
+    [waiting] = outbox.claim(10, TAKE_FOR)
+    assert waiting.event_type == "run.waiting_for_approval"
+    assert outbox.claim(10, TAKE_FOR) == []  # the cancellation waits for it
+    outbox.failed(waiting, "{}", "receiver answered 503", retry_in=30)
+    assert outbox.claim(10, TAKE_FOR) == []  # and for its retry
+    clock.advance(seconds=31)
+    [retried] = outbox.claim(10, TAKE_FOR)
+    assert retried.id == waiting.id
+    outbox.delivered(retried, "{}", 204)
+    [cancelled] = outbox.claim(10, TAKE_FOR)
+    assert cancelled.event_type == "run.cancelled"
 
-    def other_deliverer_first(limit: int = 100) -> list[int]:
-        ids = due(limit)
-        if not raced:
-            raced.append(0)  # the other deliverer's own SELECT is not raced
-            raced[0] = deliver_due(service, URL, None, post=receiver).delivered
-        return ids
 
-    monkeypatch.setattr(outbox, "due", other_deliverer_first)
-    assert deliver_due(service, URL, None, post=receiver).delivered == 0
-    assert raced == [1] and len(receiver.sent) == 1
+def test_given_up_the_earlier_notification_lets_the_later_go(
+    engine: Engine, clock: FakeClock
+) -> None:
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    service.cancel(run.id, by=OPERATOR)
+    outbox = service.store.outbox
+    [waiting] = outbox.claim(10, TAKE_FOR)
+    outbox.failed(waiting, "{}", "answered 404; not retried", retry_in=None)
+    [cancelled] = outbox.claim(10, TAKE_FOR)
+    assert cancelled.event_type == "run.cancelled"
+
+
+def test_a_claim_takes_no_more_than_asked(engine: Engine, clock: FakeClock) -> None:
+    service, _ = notifying_service(engine, clock)
+    for i in range(5):
+        run, _ = service.start_run("mailer", f"go {i}")
+        service.run_segment(run.id, "w")
+    assert len(service.store.outbox.claim(2, TAKE_FOR)) == 2
+    assert len(service.store.outbox.claim(10, TAKE_FOR)) == 3
+
+
+def test_the_lag_of_delivered_notifications_is_read_back(engine: Engine, clock: FakeClock) -> None:
+    service, _ = notifying_service(engine, clock)
+    run, _ = service.start_run("mailer", "go")
+    service.run_segment(run.id, "w")
+    [taken] = service.store.outbox.claim(1, TAKE_FOR)
+    clock.advance(seconds=2)
+    service.store.outbox.delivered(taken, "{}", 204)
+    assert service.store.outbox.recent_lags() == [2.0]
+    assert service.stats().notification_lag == (2.0, 2.0)  # airlock stats, /metrics
 
 
 def test_without_notifications_configured_nothing_is_recorded(engine: Engine) -> None:

@@ -24,7 +24,10 @@ from airlock.workers.testing import Process, wait_for
 from tests.conftest import IN_CI, POSTGRES_URL, ROOT
 from tests.integration.conftest import SHARED_REDIS
 
-SOURCES = ("pyproject.toml", "README.md", "loop", "persistence", "providers", "workers")
+SOURCES = (
+    "pyproject.toml", "README.md", "airlock", "alembic", "loop", "persistence", "providers",
+    "workers",
+)  # fmt: skip
 """What the Dockerfile's first stage copies to build the wheel: nothing else."""
 
 

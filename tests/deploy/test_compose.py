@@ -155,10 +155,10 @@ def test_every_service_runs_and_passes_its_healthcheck(
     run(command("migrate"), env_of("migrate"), folder)
     before, said = check("worker", shell, env_of("worker"), folder)
     assert not before, f"the worker's healthcheck passed with no worker: {said}"
-    for name in ("api", "worker", "notifier", "beat"):
+    for name in ("api", "worker", "beat"):
         processes.start(name, command(name), env_of(name), folder)
     try:
-        for name in ("api", "worker", "notifier", "beat"):
+        for name in ("api", "worker", "beat"):
             healthy(name, shell, env_of(name), folder)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{processes.logs_of()}") from exc
@@ -214,7 +214,7 @@ def test_docker_compose_up(tmp_path: Path) -> None:
             else [json.loads(line) for line in listed.splitlines() if line.strip()]
         )
         for state in states:
-            if state["Service"] in ("api", "worker", "notifier", "beat"):
+            if state["Service"] in ("api", "worker", "beat"):
                 assert state["Health"] == "healthy", state
     finally:
         subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=300, check=False)

@@ -70,18 +70,31 @@ AGENTS = [
 
 def test_the_wheel_carries_the_migrations(wheel: Path) -> None:
     """Issue 27, defect 3: installed from the wheel, `airlock db upgrade` found no
-    migrations (they lived in alembic/ beside the package)."""
-    shipped = ROOT / "persistence" / "migrations"
+    migrations. They live in the repository's alembic/ and ship as airlock/migrations."""
+    shipped = ROOT / "alembic"
     expected = {
-        f"persistence/migrations/{p.relative_to(shipped).as_posix()}"
+        f"airlock/migrations/{p.relative_to(shipped).as_posix()}"
         for p in shipped.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert expected - names == set()
-    assert any(n.startswith("persistence/migrations/versions/") for n in expected)
-    assert "persistence/migrations/script.py.mako" in names
+    assert any(n.startswith("airlock/migrations/versions/") for n in expected)
+    assert "airlock/migrations/script.py.mako" in names
+
+
+def test_the_wheel_installs_one_package_airlock_and_nothing_else(wheel: Path) -> None:
+    """Issue 47: no loop/, workers/, providers/ or persistence/ at the top of a user's
+    site-packages, where a backend's own package of that name would shadow it or be
+    shadowed. What an agent author needs is ``import airlock``'s."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+    (dist_info,) = {t for t in tops if t.endswith(".dist-info")}
+    assert tops == {"airlock", dist_info}
+    with zipfile.ZipFile(wheel) as archive:
+        top_level = archive.read(f"{dist_info}/top_level.txt").decode().split()
+    assert top_level == ["airlock"]
 
 
 class Receiver:

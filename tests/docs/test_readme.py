@@ -5,6 +5,7 @@ pages stay true. The blocks that moved from the README to docs/ (issue 29) run t
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -146,7 +147,10 @@ def _fresh_copy(target: Path) -> None:
     ).stdout.decode().split("\0")  # fmt: skip
     for name in filter(None, listed):
         source = ROOT / name
-        if source.is_file():
+        if source.is_symlink():  # airlock/loop -> ../loop: a link, as git keeps it
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).symlink_to(os.readlink(source))
+        elif source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 

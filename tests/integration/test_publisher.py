@@ -1,4 +1,4 @@
-"""The wake-up publisher (``airlock.workers.service.broker.Publisher``) against a real Redis: its
+"""The wake-up publisher (``airlock.workers.tasks.broker.Publisher``) against a real Redis: its
 message is the one Celery's ``send_task`` publishes, a dropped connection is
 replaced, and a forked child never shares its parent's."""
 
@@ -17,11 +17,9 @@ import pytest
 import redis
 from celery import Celery
 
-from airlock.workers.service import redis_broker
-from airlock.workers.service.broker import QUEUE, RUN_SEGMENT, make_app
-from airlock.workers.service.publisher import Publisher
 from airlock.workers.service.settings import Settings
-from tests.integration.conftest import SHARED_REDIS
+from airlock.workers.tasks.broker import QUEUE, RUN_SEGMENT, make_app
+from airlock.workers.tasks.publisher import Publisher
 
 
 @pytest.fixture
@@ -126,46 +124,3 @@ def test_a_forked_child_publishes_on_its_own_connection(celery: Celery, shared_r
     assert publish._local.connection is parents  # not dropped, nor closed by the child
     bodies = [m["body"][0] for m in queued(shared_redis)]
     assert bodies == [["parent"], ["child"], ["parent again"]]
-
-
-def test_a_channel_keeps_one_redis_client_per_pool(celery: Celery, shared_redis: str) -> None:
-    """kombu made a ``redis.Redis`` for every publish and acknowledgement
-    (``airlock.workers.service.redis_broker``): one is kept per pool, and replaced with the pool (after
-    a fork, or when the channel closes)."""
-    with celery.connection_for_write() as connection:
-        channel = connection.default_channel
-        assert isinstance(channel, redis_broker.Channel)
-        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as again:
-            assert first is again and first.ping()
-        given = redis.Redis.from_url(shared_redis)
-        with channel.conn_or_acquire(given) as passed:
-            assert passed is given  # a client the caller passes is used as it is
-        given.close()
-        channel._disconnect_pools()  # type: ignore[attr-defined]  # as kombu after a fork
-        with channel.conn_or_acquire() as fresh:
-            assert fresh is not first and fresh.connection_pool is channel.pool
-            assert fresh.ping()
-
-
-@pytest.mark.parametrize(
-    ("url", "transport"),
-    [
-        (SHARED_REDIS, redis_broker.TRANSPORT),
-        # kombu's own, with its checks of TLS options
-        (SHARED_REDIS.replace("redis://", "rediss://", 1), None),
-    ],
-    ids=["redis", "rediss"],  # the same on every pytest-xdist worker (the db is not)
-)
-def test_only_plain_redis_urls_get_the_kept_client(
-    url: str, transport: str | None, tmp_path: Path
-) -> None:
-    celery = make_app(Settings(broker_url=url, home=tmp_path))
-    assert celery.conf.broker_transport == transport
-
-
-def test_redis_keeps_no_unacked_index_unless_a_visibility_timeout_is_set(tmp_path: Path) -> None:
-    url = SHARED_REDIS
-    default = make_app(Settings(broker_url=url, home=tmp_path))
-    assert default.conf.broker_transport_options == {"ack_emulation": False}
-    timed = make_app(Settings(broker_url=url, home=tmp_path, visibility_timeout=600))
-    assert timed.conf.broker_transport_options == {"visibility_timeout": 600}

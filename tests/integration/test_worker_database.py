@@ -52,7 +52,7 @@ def test_a_worker_whose_postgres_is_away_says_so_and_is_unhealthy(
     )
     assert f"cannot use the database {shown} (" in worker.output()
     health = subprocess.run(
-        [sys.executable, "-m", "workers", "health", "worker", "--timeout", "10"],
+        [sys.executable, "-m", "airlock.workers", "health", "worker", "--timeout", "10"],
         env=airlock_env(stack.config, stack.outbox), cwd=ROOT,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -115,7 +115,7 @@ def test_killed_worker_mid_segment_is_recovered_by_the_sweeper(stack: Stack) -> 
 
 
 POOLS = pytest.mark.parametrize("airlock", [False, True], ids=["prefork", "airlock-worker"])
-"""Under ``celery -A workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
+"""Under ``celery -A airlock.workers worker -c 2`` and ``airlock worker`` as shipped (on Redis,
 ``-P gevent -c 200``)."""
 
 
@@ -306,7 +306,7 @@ def test_a_threads_pool_is_warned_of_and_prefork_is_not(embedded_stack: Stack) -
     stack = embedded_stack
     prefork = stack.worker()
     argv = [
-        sys.executable, "-m", "workers", "worker", "-P", "threads", "-c", "2",
+        sys.executable, "-m", "airlock.workers", "worker", "-P", "threads", "-c", "2",
         "-n", "threads@%h", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
     threads = Process("threads", argv, airlock_env(stack.config, stack.outbox), stack.tmp / "t.log")
@@ -458,3 +458,28 @@ def test_a_gevent_worker_killed_with_segments_waiting_on_models_loses_none(
     for run_id in ids:
         assert stack.wait_status(run_id, RunStatus.COMPLETED, timeout=120).output == "done"
         assert stack.executions()[send_key(run_id)] == 1
+
+
+def _reserved(stack: Stack) -> int:
+    replies = stack.celery.control.inspect(timeout=1).reserved() or {}
+    return sum(len(tasks) for tasks in replies.values())
+
+
+def test_a_green_worker_whose_slots_are_all_busy_holds_the_next_task_ready(
+    make_stack: StackFactory, postgres_url: str, shared_redis: str
+) -> None:
+    """Issue 46, intake: ``airlock worker -c 2`` took a backlog about one task per 2 s.
+    With every slot busy, Celery's green consumer had no credit left to read the broker
+    and looked again only after its 2 s wait; now it holds one task more than its slots,
+    which starts as soon as a slot frees."""
+    stack = make_stack(
+        AIRLOCK_DATABASE_URL=postgres_url,
+        AIRLOCK_BROKER_URL=shared_redis,
+        AIRLOCK_TEST_MODEL_SECONDS="5",
+    )
+    stack.worker(airlock=True, options=("-c", "2"))
+    ids = [stack.service.start_run("slow_model", f"mail {i}")[0].id for i in range(4)]
+    wait_for("both slots' model calls", lambda: stack.starts()["model.start -"] >= 2)
+    wait_for("the next task in hand", lambda: _reserved(stack) == 1, timeout=10)
+    for run_id in ids:
+        stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=120)

@@ -79,7 +79,8 @@ def test_a_refused_url_hides_a_query_password() -> None:
 
 
 def test_a_refused_setting_is_not_repeated_in_the_error() -> None:
-    """Attack review: ``uvicorn airlock.workers.api:app`` and ``celery -A workers worker`` print
+    """Attack review: ``uvicorn airlock.workers.api:app`` and ``celery -A airlock.workers worker``
+    print
     a settings error whole, and pydantic repeated the refused value in it
     (``input_value='foo://u:s3cret@…'``)."""
     from pydantic import ValidationError

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kombu import Connection
 from kombu.transport import filesystem
 
-from airlock.workers.service import embedded_broker
-from airlock.workers.service.broker import broker_options
 from airlock.workers.service.settings import Settings
+from airlock.workers.tasks import embedded_broker
+from airlock.workers.tasks.broker import broker_options
 
 
 def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,7 +29,7 @@ def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.M
         rename(src, dst)
 
     monkeypatch.setattr(os, "rename", watching_rename)
-    with Connection("filesystem://", transport=embedded_broker.TRANSPORT,
+    with Connection("filesystem://", transport=embedded_broker.Transport,
                     transport_options=options) as conn:  # fmt: skip
         queue = conn.SimpleQueue("q")
         queue.put({"n": 1})
@@ -42,18 +41,18 @@ def test_a_message_appears_only_when_whole(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_the_celery_app_uses_it_on_embedded_defaults(tmp_path: Path) -> None:
-    from airlock.workers.service.broker import make_app
+    from airlock.workers.tasks.broker import make_app
 
     app = make_app(Settings(broker_url="filesystem://", home=tmp_path))
-    assert app.conf.broker_transport == embedded_broker.TRANSPORT
+    assert app.conf.broker_transport is embedded_broker.Transport
     with app.connection_for_write() as conn:
         assert isinstance(conn.transport, embedded_broker.Transport)
     redis = make_app(Settings(broker_url="redis://redis:6379/0")).conf.broker_transport
-    assert redis != embedded_broker.TRANSPORT
+    assert redis is not embedded_broker.Transport
 
 
 def test_its_folders_are_made_by_a_channel_not_by_loading_the_app(tmp_path: Path) -> None:
-    from airlock.workers.service.broker import make_app
+    from airlock.workers.tasks.broker import make_app
 
     home = tmp_path / "home"
     app = make_app(Settings(broker_url="filesystem://", home=home))
@@ -67,11 +66,28 @@ def test_its_folders_are_made_by_a_channel_not_by_loading_the_app(tmp_path: Path
         ]
 
 
-def test_the_override_matches_the_pinned_kombu() -> None:
-    """``embedded_broker.Channel._put`` replaces kombu's: when kombu changes its own,
-    this fails, so that someone checks whether the override is still needed."""
-    source = inspect.getsource(filesystem.Channel._put)
-    assert hashlib.sha256(source.encode()).hexdigest() == embedded_broker.KOMBU_PUT, (
-        "kombu's filesystem Channel._put changed: check whether it now writes a message "
-        "atomically (then drop workers/embedded_broker.py's _put), else update KOMBU_PUT"
-    )
+def test_kombus_own_put_shows_a_message_before_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pins the upstream behaviour ``embedded_broker.Channel._put`` works around (kombu's
+    ``kombu/transport/filesystem.py``, ``Channel._put``, no upstream issue found): the
+    file is created under its final ``.msg`` name, then locked and written, so a consumer
+    polling the folder in between reads it empty. When a kombu release writes it whole
+    before naming it, this fails: then drop the override."""
+    options = broker_options(Settings(broker_url="filesystem://", home=tmp_path))
+    queue_folder = Path(str(options["data_folder_in"]))
+    queue_folder.mkdir(parents=True)
+    seen_empty: list[str] = []
+
+    def watching_lock(file: Any, flags: int) -> None:  # kombu locks it before writing
+        seen_empty.extend(
+            n for n in os.listdir(queue_folder) if n.endswith(".q.msg") and not file.tell()
+        )
+
+    monkeypatch.setattr(filesystem, "lock", watching_lock)
+    monkeypatch.setattr(filesystem, "unlock", lambda file: None)
+    with Connection(transport=filesystem.Transport, transport_options=options) as conn:
+        channel = conn.default_channel
+        assert type(channel) is filesystem.Channel  # kombu's own
+        channel._put("q", {"n": 1})
+    assert len(seen_empty) == 1, "kombu now writes a message whole: drop embedded_broker's _put"

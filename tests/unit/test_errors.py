@@ -7,10 +7,7 @@ import importlib
 import inspect
 import pkgutil
 
-import airlock.loop
-import airlock.persistence
-import airlock.providers
-import airlock.workers
+from airlock import loop, persistence, providers, workers
 from airlock.loop import AirlockError
 from airlock.loop.runner import ApprovalRequired
 from airlock.workers.http.problems import PROBLEMS, problem_of
@@ -43,7 +40,8 @@ def test_every_public_error_is_an_airlock_error() -> None:
 
 
 def test_the_http_doors_table_answers_each_error_by_its_own_kind() -> None:
-    """One answer table for the HTTP door (``airlock.workers.http.problems.PROBLEMS``): every kind in
+    """One answer table for the HTTP door (``airlock.workers.http.problems.PROBLEMS``): every kind
+    in
     it is an ``AirlockError``, and a subclass comes before its base, or the base's
     answer would be given for it (an idempotency mismatch as a plain conflict)."""
     kinds = list(PROBLEMS)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airlock.workers.service import broker as celery_app
+from airlock.workers.tasks import broker as celery_app
 from airlock.workers.testing import free_port
 
 
@@ -40,20 +40,20 @@ def test_the_nodes_of_this_host_are_found_by_host_name(monkeypatch: pytest.Monke
 def test_an_api_that_does_not_answer_is_unhealthy_in_one_line() -> None:
     env = {"PATH": "/usr/bin:/bin", "AIRLOCK_API_PORT": str(free_port())}
     done = subprocess.run(
-        [sys.executable, "-m", "workers", "health", "api", "--timeout", "2"],
+        [sys.executable, "-m", "airlock.workers", "health", "api", "--timeout", "2"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1
     assert done.stdout.startswith("api: ") and done.stdout.count("\n") == 1
     unknown = subprocess.run(
-        [sys.executable, "-m", "workers", "health", "scheduler"],
+        [sys.executable, "-m", "airlock.workers", "health", "scheduler"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert unknown.returncode == 2 and "worker, beat or api" in unknown.stderr
 
 
 def test_celery_beat_makes_the_folder_of_its_schedule(tmp_path: Path) -> None:
-    """`celery -A workers beat` too (issue 27, defect 1): the folder of the schedule
+    """`celery -A airlock.workers beat` too (issue 27, defect 1): the folder of the schedule
     file is made as beat starts, before it opens the file."""
     schedule = tmp_path / "not" / "yet" / "celerybeat-schedule"
     scheduler = celery_app.Schedule(celery_app.app, schedule_filename=str(schedule), lazy=True)

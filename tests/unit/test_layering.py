@@ -1,5 +1,7 @@
 """`loop/` imports only the standard library (no network: not ``urllib``, ``http`` or
-``socket``), pydantic and itself; and no package imports itself in a circle."""
+``socket``), pydantic and itself; no package imports itself in a circle; and nothing
+imports the repository's folders by their own names (``loop``, ``workers``, …): they are
+``airlock.loop``, ``airlock.workers``, …, as the wheel installs them."""
 
 from __future__ import annotations
 
@@ -11,18 +13,25 @@ import grimp
 
 LOOP = Path(__file__).resolve().parents[2] / "loop"
 NETWORK = {"urllib", "http", "socket", "ssl", "asyncio"}
-ALLOWED = (set(sys.stdlib_module_names) - NETWORK) | {"pydantic", "loop", "__future__"}
+ALLOWED = (set(sys.stdlib_module_names) - NETWORK) | {"pydantic", "airlock.loop", "__future__"}
 PACKAGES = ("loop", "persistence", "providers", "workers")
+"""The repository's folders, each ``airlock.<name>``."""
 
 
 def imported_roots(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports (``airlock.<package>`` for ours)."""
     roots: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            roots.update(_root(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
+            roots.add(_root(node.module))
     return roots
+
+
+def _root(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "airlock" and len(parts) > 1 else parts[0]
 
 
 def test_loop_imports_only_stdlib_and_pydantic() -> None:
@@ -50,7 +59,7 @@ def test_the_checker_sees_forbidden_imports(tmp_path: Path) -> None:
 def import_cycles() -> list[tuple[str, ...]]:
     """Each circle of imports among our modules (at any depth, lazy imports too), as
     the shortest chain that closes it."""
-    graph = grimp.build_graph(*PACKAGES)
+    graph = grimp.build_graph("airlock")
     cycles: set[tuple[str, ...]] = set()
     for importer in sorted(graph.modules):
         for imported in graph.find_modules_directly_imported_by(importer):
@@ -62,6 +71,23 @@ def import_cycles() -> list[tuple[str, ...]]:
 
 def test_no_module_imports_itself_in_a_circle() -> None:
     assert import_cycles() == []
+
+
+def test_nothing_imports_the_folders_by_their_own_names() -> None:
+    """In a checkout they would import (pytest puts the root on the path), as a second
+    copy of every module beside ``airlock.<name>``; installed, they are not there."""
+    root = LOOP.parent
+    sources = [
+        p
+        for folder in (*PACKAGES, "tests", "bench", "examples", "alembic", "airlock")
+        for p in sorted((root / folder).glob("**/*.py"))
+        if not (root / folder).is_symlink()
+    ]
+    assert len(sources) > 100
+    offenders = {
+        str(p.relative_to(root)): sorted(imported_roots(p) & set(PACKAGES)) for p in sources
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
 
 
 WORKERS = LOOP.parent / "workers"

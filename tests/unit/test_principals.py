@@ -1,5 +1,6 @@
 """Who may decide what, as pure code: the tools' and agents' approval rules, the
-principals' roles, self-approval and quorum (``airlock.workers.service.principals``), and the settings
+principals' roles, self-approval and quorum (``airlock.workers.service.principals``), and the
+settings
 that configure principals."""
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airlock.workers.service.broker import DELIVER, NOTIFY_QUEUE, make_app
 from airlock.workers.service.settings import Settings
+from airlock.workers.tasks.broker import DELIVER, NOTIFY_QUEUE, make_app
 
 REDIS = "redis://redis:6379/0"
 
@@ -24,8 +24,11 @@ def test_without_a_notify_url_beat_queues_no_deliveries() -> None:
     assert all(queue_of(conf, task) != NOTIFY_QUEUE for task in tasks)
 
 
-def test_with_a_notify_url_beat_retries_deliveries_on_their_queue() -> None:
+def test_with_a_notify_url_beat_queues_no_deliveries_either() -> None:
+    """Issue 46: each worker's dispatcher looks at the outbox itself; a delivery job of
+    beat's would only wake a task that does nothing."""
     settings = Settings(broker_url=REDIS, notify_url="https://example.com/hook")
     conf = make_app(settings).conf
     tasks = {entry["task"] for entry in conf.beat_schedule.values()}
-    assert DELIVER in tasks and queue_of(conf, DELIVER) == NOTIFY_QUEUE
+    assert DELIVER not in tasks
+    assert all(queue_of(conf, task) != NOTIFY_QUEUE for task in tasks)

@@ -8,6 +8,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from ipaddress import ip_address
@@ -24,6 +25,7 @@ from urllib3.exceptions import ConnectTimeoutError
 from airlock.loop import ModelError
 from airlock.providers import OpenAIModel, transport
 from airlock.providers.transport import Urllib3Transport
+from airlock.workers.testing import wait_for
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
@@ -334,3 +336,52 @@ def test_a_get_goes_without_a_body(
     with httpx.Client(transport=Urllib3Transport()) as client:
         assert client.get(server.url).json() == {}
     assert b"content-length" not in heads[0].lower()
+
+
+def trickles_its_head(conn: socket.socket) -> None:
+    read_request(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nx-slow: ")
+    for _ in range(200):  # a byte every 50 ms: no single read ever waits long
+        conn.sendall(b"a")
+        time.sleep(0.05)
+
+
+def trickles_its_body(conn: socket.socket) -> None:
+    read_request(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n")  # no length: the body ends when the server closes
+    for _ in range(200):
+        conn.sendall(b"a")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("behaviour", [trickles_its_head, trickles_its_body])
+def test_a_deadline_ends_the_whole_exchange_however_the_answer_trickles(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+    behaviour: Callable[[socket.socket], None],
+) -> None:
+    """A read timeout bounds each read: an answer that comes a byte at a time meets none.
+    The ``DEADLINE`` extension bounds the exchange: its socket is shut down when it passes
+    (the server's next byte finds it closed) and the caller gets ``ReadTimeout``."""
+    server = serve(behaviour)
+    client = httpx.Client(transport=Urllib3Transport())
+    with pytest.raises(httpx.ReadTimeout, match="deadline"):
+        client.get(server.url, timeout=5, extensions={transport.DEADLINE: 0.5})
+    assert server.closed.acquire(timeout=5)  # the server was cut off, long before 10 s
+
+
+def test_an_exchange_within_its_deadline_keeps_its_connection(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+) -> None:
+    def answers_twice(conn: socket.socket) -> None:
+        for _ in range(2):
+            read_request(conn)
+            conn.sendall(OK)
+
+    server = serve(answers_twice)
+    client = httpx.Client(transport=Urllib3Transport())
+    for _ in range(2):
+        answer = client.get(server.url, extensions={transport.DEADLINE: 0.3})
+        assert answer.status_code == 200
+        # the deadline passes, and its watchdog fires on nothing the next exchange uses
+        wait_for("the deadline to pass", lambda: not transport._watchdog._due)
+    assert len(server.peers) == 1

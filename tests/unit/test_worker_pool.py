@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery.concurrency import get_implementation
 
-from airlock.workers.service.broker import NOTIFY_QUEUE, QUEUE
+from airlock.workers.tasks.broker import NOTIFY_QUEUE, QUEUE
 from airlock.workers.tasks.signals import pool_warning
 
 

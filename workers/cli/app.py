@@ -88,7 +88,7 @@ def service() -> Service:
     """The service, once the database is known to be this version's: before that,
     nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
     ready_database()
-    from airlock.workers.service.wiring import service as build  # noqa: PLC0415 - wiring on demand
+    from airlock.workers.tasks.wiring import service as build  # noqa: PLC0415 - wiring on demand
 
     return build()
 

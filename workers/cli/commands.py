@@ -63,10 +63,10 @@ def worker(ctx: typer.Context) -> None:
         fail(
             f"the {pool_of(arguments)} pool needs the standard library patched before "
             "Airlock is imported: start the worker as `airlock worker` or "
-            "`python -m workers worker`, not `python -m airlock.workers.cli.commands`",
+            "`python -m airlock.workers worker`, not `python -m airlock.workers.cli.commands`",
             2,
         )
-    from airlock.workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from airlock.workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
 
     try:
         celery.worker_main(["worker", *arguments])
@@ -100,7 +100,7 @@ def beat(ctx: typer.Context) -> None:
         one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
     if not writable:
         one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
-    from airlock.workers.service.broker import app as celery  # noqa: PLC0415 - tasks: its include
+    from airlock.workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
 
     celery.start(["beat", *ctx.args])
 
@@ -128,7 +128,7 @@ def health(
 
 
 def _worker_health(timeout: float) -> tuple[bool, str]:
-    from airlock.workers.service.broker import nodes_of_this_host  # noqa: PLC0415
+    from airlock.workers.tasks.broker import nodes_of_this_host  # noqa: PLC0415
 
     nodes = nodes_of_this_host(timeout)
     if not nodes:

@@ -29,7 +29,8 @@ from rich.console import Console
 from rich.table import Table
 from standardwebhooks import Webhook
 
-from airlock.persistence import migrations, schema
+from airlock.persistence import migrate as migrations
+from airlock.persistence import schema
 from airlock.workers.cli.app import STREAMS_GRACE
 from airlock.workers.cli.output import without_password
 from airlock.workers.service.settings import settings
@@ -51,7 +52,7 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from airlock.workers.service.wiring import service  # noqa: PLC0415
+    from airlock.workers.tasks.wiring import service  # noqa: PLC0415
 
     service.cache_clear()
 
@@ -62,14 +63,14 @@ def migrate() -> None:
 
 def celery_process(kind: str, log: Path, *args: str) -> AbstractContextManager[object]:
     return process(
-        [sys.executable, "-m", "celery", "-A", "workers", kind, "-l", "info", *args], log
+        [sys.executable, "-m", "celery", "-A", "airlock.workers", kind, "-l", "info", *args], log
     )
 
 
 def airlock_worker(log: Path, *args: str) -> AbstractContextManager[object]:
     """``airlock worker``: with AIRLOCK_NOTIFY_URL set, notifications are delivered by a
     consumer of their own beside it."""
-    return process([sys.executable, "-m", "workers", "worker", "-l", "info", *args], log)
+    return process([sys.executable, "-m", "airlock.workers", "worker", "-l", "info", *args], log)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""The ``airlock`` command's entry point (and ``python -m workers``).
+"""The ``airlock`` command's entry point (and ``python -m airlock.workers``).
 
 ``airlock worker`` (on Redis, ``-P gevent`` unless ``-P`` says) runs one Celery worker
 whose segments wait on their models and slow tools in greenlets, so one process keeps

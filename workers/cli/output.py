@@ -9,13 +9,12 @@ from datetime import timedelta
 from typing import NoReturn
 
 import typer
-from kombu.utils.url import maybe_sanitize_url
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from airlock.persistence.db import hide_query_password, shown_url
+from airlock.persistence.db import hide_password, shown_url
 from airlock.workers.service import Stats
 from airlock.workers.service.decisions import grant_seconds
 
@@ -43,7 +42,7 @@ def without_password(url: str) -> str:
     if "://" not in url:
         return url
     if url.startswith(("redis", "rediss", "amqp", "sqla+", "filesystem")):
-        return hide_query_password(maybe_sanitize_url(url) if "@" in url else url)
+        return hide_password(url)
     return shown_url(url)
 
 
@@ -125,6 +124,11 @@ def print_stats(figures: Stats) -> None:
         console.print(f"finished in the last {minutes} min: {finished or 'none'}")
     due, given_up = figures.notifications_due, figures.notifications_given_up
     console.print(f"notifications: {due} due, {given_up} given up")
+    if (lag := figures.notification_lag) is not None:
+        console.print(
+            f"notification lag (transition to 2xx, recent deliveries): "
+            f"p50 {lag[0]:.3f} s, p99 {lag[1]:.3f} s"
+        )
     sweeper = figures.sweeper
     if sweeper.last_run is None:
         console.print("sweeper: never ran (is `airlock beat` running?)")

@@ -376,6 +376,7 @@ def stats(as_json: JsonOption = False) -> None:
     and when beat's sweeper last ran."""
     figures = service().stats()
     age = figures.oldest_waiting_seconds
+    lag = figures.notification_lag or (None, None)
     data: dict[str, JsonValue] = {
         "runs": {s.value: n for s, n in figures.runs.items()},
         "oldest_waiting_seconds": round(age, 1) if age is not None else None,
@@ -387,6 +388,8 @@ def stats(as_json: JsonOption = False) -> None:
         "notifications": {
             "due": figures.notifications_due,
             "given_up": figures.notifications_given_up,
+            "lag_p50_seconds": lag[0],
+            "lag_p99_seconds": lag[1],
         },
         "sweeper": sweeper_view(figures.sweeper),
     }

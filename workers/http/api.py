@@ -359,8 +359,8 @@ def _sweeper(service: Service) -> JsonValue:
 
 
 def default_app() -> FastAPI:
-    from airlock.workers.service import wiring  # noqa: PLC0415 - the app is built on first access
     from airlock.workers.service.settings import check_secrets, settings  # noqa: PLC0415
+    from airlock.workers.tasks import wiring  # noqa: PLC0415 - the app is built on first access
 
     check_secrets(settings())
     return create_app(wiring.service(), settings(), check_broker=wiring.check_broker)

@@ -15,7 +15,6 @@ names a key not known), even when the issuer lists no key at all any more."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -26,6 +25,8 @@ from jwt import PyJWK, PyJWKSet
 from jwt.exceptions import PyJWKSetError, PyJWTError
 
 from airlock.loop.errors import AirlockError
+from airlock.providers.http import client
+from airlock.providers.transport import DEADLINE as WITHIN
 
 LIFESPAN = 300.0
 """Seconds a fetched key set is used before it is fetched again (a known key keeps
@@ -117,26 +118,18 @@ class IssuerKeys:
 
     def _fetch(self) -> dict[str, PyJWK]:
         """The signing keys (``use`` sig or unset) by id, as the issuer serves them now,
-        within ``FETCH_TIMEOUT`` in all: httpx's timeouts bound each read, so the whole
-        fetch runs under asyncio's timeout, which ends it wherever it waits. Fetches are
-        rare (one per cooldown at most): a client of its own, on a loop of its own."""
-        try:
-            return asyncio.run(asyncio.wait_for(self._fetch_keys(), self._timeout))
-        except TimeoutError as exc:
-            asked = self._jwks_url or self._issuer
-            raise KeysUnavailableError(f"{asked} took over {self._timeout} s") from exc
-
-    async def _fetch_keys(self) -> dict[str, PyJWK]:
-        async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as http:
-            url = self._jwks_url
-            if url is None:
-                where = self._issuer.rstrip("/") + "/.well-known/openid-configuration"
-                found = (await _get(http, where)).get("jwks_uri")
-                if not isinstance(found, str):
-                    raise KeysUnavailableError(f"{where} names no jwks_uri")
-                url = self._jwks_url = found
-            answer = await _get(http, url)
-        return _signing_keys(url, answer)
+        within ``FETCH_TIMEOUT`` in all, discovery included: each request goes through
+        the process's one outbound client with what is left of it as its deadline (the
+        transport's ``DEADLINE``: httpx's own timeouts bound each read alone)."""
+        ends = time.monotonic() + self._timeout
+        url = self._jwks_url
+        if url is None:
+            where = self._issuer.rstrip("/") + "/.well-known/openid-configuration"
+            found = _get(where, ends - time.monotonic()).get("jwks_uri")
+            if not isinstance(found, str):
+                raise KeysUnavailableError(f"{where} names no jwks_uri")
+            url = self._jwks_url = found
+        return _signing_keys(url, _get(url, ends - time.monotonic()))
 
 
 def _signing_keys(url: str, answer: dict[str, object]) -> dict[str, PyJWK]:
@@ -157,17 +150,23 @@ def _signing_keys(url: str, answer: dict[str, object]) -> dict[str, PyJWK]:
     return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
 
 
-async def _get(http: httpx.AsyncClient, url: str) -> dict[str, object]:
-    """The JSON object at ``url``, of at most ``MAX_SIZE`` bytes."""
+def _get(url: str, seconds: float) -> dict[str, object]:
+    """The JSON object at ``url``, of at most ``MAX_SIZE`` bytes, within ``seconds``."""
+    if seconds <= 0:
+        raise KeysUnavailableError(f"{url}: no time left within {FETCH_TIMEOUT} s")
     try:
-        async with http.stream("GET", url) as answer:
+        with client().stream(
+            "GET", url, timeout=seconds, follow_redirects=False, extensions={WITHIN: seconds}
+        ) as answer:
             answer.raise_for_status()
             body = bytearray()
-            async for chunk in answer.aiter_bytes():
+            for chunk in answer.iter_bytes():
                 body += chunk
                 if len(body) > MAX_SIZE:
                     raise KeysUnavailableError(f"{url} answers more than {MAX_SIZE} bytes")
         data = json.loads(body)
+    except httpx.TimeoutException as exc:
+        raise KeysUnavailableError(f"{url} took over {seconds:.3g} s") from exc
     except (httpx.HTTPError, ValueError) as exc:
         raise KeysUnavailableError(f"{url}: {exc}") from exc
     if not isinstance(data, dict):

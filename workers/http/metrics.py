@@ -50,8 +50,18 @@ class _StoreCollector(Collector):
         by_status = GaugeMetricFamily("airlock_runs", "Runs by status", labels=["status"])
         for status, count in figures.runs.items():
             by_status.add_metric([status.value], count)
+        lag = GaugeMetricFamily(
+            "airlock_notification_lag_seconds",
+            "Time from a run's transition to its notification's 2xx, over the last"
+            " notifications delivered, by quantile",
+            labels=["quantile"],
+        )
+        if figures.notification_lag is not None:
+            lag.add_metric(["0.5"], figures.notification_lag[0])
+            lag.add_metric(["0.99"], figures.notification_lag[1])
         return [
             by_status,
+            lag,
             GaugeMetricFamily(
                 "airlock_oldest_waiting_approval_seconds",
                 "Age of the oldest waiting run",

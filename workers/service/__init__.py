@@ -2,7 +2,8 @@
 purge) and what they stand on (the segments and their leases, the ledger, decisions,
 principals, the registry of agents, the settings, the broker wake-ups are published
 to, and ``wiring``, which builds the process's one ``Service``). It imports no door
-(``airlock.workers.http``, ``airlock.workers.tasks``, ``airlock.workers.cli``): import-linter holds it to that.
+(``airlock.workers.http``, ``airlock.workers.tasks``, ``airlock.workers.cli``): import-linter holds
+it to that.
 
 Its public names (the ``Service`` and what its use cases answer and raise) are
 re-exported here."""
@@ -10,7 +11,7 @@ re-exported here."""
 from __future__ import annotations
 
 from airlock.workers.service.core import Service
-from airlock.workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport
+from airlock.workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Retries
 from airlock.workers.service.principals import ForbiddenError, Principal
 from airlock.workers.service.results import (
     ConflictError,
@@ -46,6 +47,7 @@ __all__ = [
     "Notify",
     "Outcome",
     "Principal",
+    "Retries",
     "SegmentInterruptedError",
     "SegmentResult",
     "Service",

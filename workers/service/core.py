@@ -29,11 +29,7 @@ from airlock.workers.service.approving import Approvals, Judged
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.grant_desk import GrantDesk
 from airlock.workers.service.keeper import Keeper
-from airlock.workers.service.outbound import (
-    DeliveryReport,
-    Send,
-    deliver_due,
-)
+from airlock.workers.service.notifying import Notifying
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.principals import (
     AIRLOCK,
@@ -43,7 +39,6 @@ from airlock.workers.service.principals import (
     Standing,
     may_operate,
 )
-from airlock.workers.service.reads import Reads
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.results import (
     SWEEPER,
@@ -66,7 +61,7 @@ log = logging.getLogger("airlock")
 
 
 @dataclass
-class Service(Reads):
+class Service(Notifying):
     store: RunStore
     registry: Registry
     enqueue: Enqueue
@@ -347,18 +342,6 @@ class Service(Reads):
         """The calling thread keeps its database connections between statements: a
         worker's segment thread (see ``Connections.hold``)."""
         self.store.hold_connections()
-
-    # -- notifications ---------------------------------------------------------------
-
-    def add_notification(self, run_id: str, event_type: EventType) -> None:
-        """A notification caused outside a transition (one an earlier version queued)."""
-        self.store.outbox.add(run_id, event_type)
-
-    def deliver_notifications(
-        self, send: Send, render: Callable[[Run], JsonValue], *, limit: int = 100
-    ) -> DeliveryReport:
-        """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
-        return deliver_due(self.store, send, lambda run_id: render(self.get_run(run_id)), limit)
 
 
 def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:

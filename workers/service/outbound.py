@@ -1,6 +1,7 @@
-"""Delivering the outbox: each due notification taken by one deliverer at a time,
-sent with the same body under the same webhook-id on every attempt, retried with
-backoff, given up (and kept) after the last."""
+"""Delivering the outbox: due notifications claimed in batches (each by one deliverer at
+a time, each its run's first unsettled one), sent with the same body under the same
+webhook-id on every attempt, retried with backoff and jitter, given up (and kept) after
+the last."""
 
 from __future__ import annotations
 
@@ -38,8 +39,25 @@ MAX_DELIVERIES = 12
 """Tries of one notification before it is given up (kept, and counted, in the outbox):
 about 40 minutes of retries with ``airlock.workers.service.backoff``'s (capped at 10 minutes)."""
 TAKE_FOR = timedelta(seconds=60)
-"""How long a deliverer holds a notification it took: longer than a delivery's timeout,
-so no other deliverer sends it meanwhile; if the deliverer dies, it is due again."""
+"""How long a deliverer holds a notification it took, unless told (a worker's dispatcher:
+its attempts' deadline and a margin): longer than a delivery's timeout, so no other
+deliverer sends it meanwhile; if the deliverer dies, it is due again."""
+
+
+@dataclass(frozen=True)
+class Retries:
+    """When a notification that was not delivered is tried again: ``backoff`` from 1 s,
+    doubled per attempt up to ``max_delay`` seconds, jittered; given up after
+    ``attempts`` (``AIRLOCK_NOTIFY_RETRY_MAX_DELAY``, ``AIRLOCK_NOTIFY_MAX_ATTEMPTS``)."""
+
+    max_delay: float = 600.0
+    attempts: int = MAX_DELIVERIES
+
+    def after(self, attempt: int) -> float:
+        return backoff(attempt - 1, cap=self.max_delay)
+
+
+DEFAULT_RETRIES = Retries()
 
 
 @dataclass(frozen=True)
@@ -52,23 +70,38 @@ Render = Callable[[str], JsonValue]
 """A run's view, by its id, as the notification's ``data``."""
 
 
-def deliver_due(store: RunStore, send: Send, render: Render, limit: int = 100) -> DeliveryReport:
-    """Deliver the notifications that are due, oldest first. Each is taken by one
-    deliverer at a time; every attempt sends the same body under the same webhook-id,
-    and is told in the run's audit stream (``notified`` / ``notify_failed``)."""
+def deliver_due(
+    store: RunStore,
+    send: Send,
+    render: Render,
+    limit: int = 100,
+    retries: Retries = DEFAULT_RETRIES,
+) -> DeliveryReport:
+    """Claim the notifications that are due and deliver them one after another (the
+    dispatcher, ``airlock.workers.tasks.dispatcher``, sends a claim's concurrently)."""
     delivered = failed = 0
-    for notification_id in store.outbox.due(limit):
-        taken = store.outbox.take(notification_id, TAKE_FOR)
-        if taken is None:
-            continue  # another deliverer has it
-        if _deliver(store, taken, send, render):
-            delivered += 1
-        else:
-            failed += 1
+    # a run's next notification is claimable once its previous one is delivered
+    while delivered + failed < limit and (
+        batch := store.outbox.claim(limit - delivered - failed, TAKE_FOR)
+    ):
+        for taken in batch:
+            if deliver(store, taken, send, render, retries):
+                delivered += 1
+            else:
+                failed += 1
     return DeliveryReport(delivered, failed)
 
 
-def _deliver(store: RunStore, taken: Notification, send: Send, render: Render) -> bool:
+def deliver(
+    store: RunStore,
+    taken: Notification,
+    send: Send,
+    render: Render,
+    retries: Retries = DEFAULT_RETRIES,
+) -> bool:
+    """One attempt at a claimed notification: every attempt sends the same body under
+    the same webhook-id and settles the row; a failed one is told in the run's audit
+    stream too (``notify_failed``). Whether it was delivered."""
     body = taken.body or json.dumps(
         {
             "type": taken.event_type,
@@ -85,11 +118,8 @@ def _deliver(store: RunStore, taken: Notification, send: Send, render: Render) -
     try:
         status = send(body, taken.webhook_id)
     except DeliveryError as exc:
-        again = (
-            None
-            if exc.final or taken.attempts >= MAX_DELIVERIES
-            else backoff(taken.attempts, cap=600)
-        )
+        last = exc.final or taken.attempts >= retries.attempts
+        again = None if last else retries.after(taken.attempts)
         store.outbox.failed(taken, body, str(exc), again, status_code=exc.status_code)
         if exc.status_code is not None:
             told["status"] = exc.status_code
@@ -99,6 +129,7 @@ def _deliver(store: RunStore, taken: Notification, send: Send, render: Render) -
             extra={"action": "notify.failed", "run_id": taken.run_id},
         )
         return False
+    # the outbox row is the record of a delivery (its status, when): an event as well
+    # would be a second write per delivery, and on the run's own row (its events' seq)
     store.outbox.delivered(taken, body, status)
-    store.events.append_event(taken.run_id, "notified", {**told, "status": status})
     return True

@@ -16,6 +16,16 @@ from airlock.workers.service.results import SWEEPER, Stats, SweeperHealth, stale
 from airlock.workers.service.segments import Limits
 
 
+def quantiles(values: Sequence[float]) -> tuple[float, float] | None:
+    """The p50 and p99 of ``values`` (nearest rank), or ``None`` of none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2], ordered[
+        min(len(ordered) - 1, len(ordered) * 99 // 100)
+    ]
+
+
 class Reads:
     """What reads the store and changes nothing (``Service`` provides the fields)."""
 
@@ -92,6 +102,7 @@ class Reads:
             },
             notifications_due=outbox.due,
             notifications_given_up=outbox.given_up,
+            notification_lag=quantiles(self.reader.outbox.recent_lags()),
             at=now,
             sweeper=self.sweeper(),
         )

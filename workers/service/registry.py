@@ -1,7 +1,7 @@
 """The agents this deployment offers, loaded from ``AIRLOCK_AGENTS``.
 
 Whatever command loads them (``airlock api``, ``run``, ``approve``, ``worker``, ``dev``,
-``celery -A workers``…), their modules are looked for in the current folder first, then
+``celery -A airlock.workers``…), their modules are looked for in the current folder first, then
 on the Python path, as ``python -m``, ``celery`` and ``uvicorn`` look for an app."""
 
 from __future__ import annotations

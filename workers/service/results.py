@@ -111,6 +111,9 @@ class Stats:
     """Runs finished within the last N minutes, by status, for each N asked."""
     notifications_due: int
     notifications_given_up: int
+    notification_lag: tuple[float, float] | None
+    """p50 and p99 seconds from a transition to its notification's 2xx, over the last
+    notifications delivered (``None``: none was)."""
     at: datetime
     sweeper: SweeperHealth
 

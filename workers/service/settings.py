@@ -8,14 +8,13 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from kombu.utils.url import maybe_sanitize_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from airlock.persistence.db import (
     DEFAULT_DATABASE_URL,
     ConfigurationError,
-    hide_query_password,
+    hide_password,
     normalise_url,
 )
 from airlock.workers.service.policy_file import PolicyFileError, read_policy
@@ -59,6 +58,7 @@ fails with a TypeError when the worker starts)."""
 
 class Settings(BaseSettings):
     # a refused value is not repeated in the error (``celery -A workers``, ``uvicorn
+    # a refused value is not repeated in the error (``celery -A airlock.workers``, ``uvicorn
     # airlock.workers.api:app`` print it whole): it may be a URL with its password, or a secret
     model_config = SettingsConfigDict(
         env_prefix="AIRLOCK_", extra="ignore", frozen=True, hide_input_in_errors=True
@@ -74,6 +74,13 @@ class Settings(BaseSettings):
     # each delivery attempt ends within this many seconds, whatever the receiver does
     # (less than the minute a deliverer holds a notification it took)
     notify_timeout: float = Field(default=10.0, gt=0, le=50)
+    # deliveries one worker process keeps in flight at most (its dispatcher's); 0: this
+    # worker delivers none (another does)
+    notify_concurrency: int = Field(default=64, ge=0, le=1000)
+    # a notification not delivered is tried again after 1 s, doubled per attempt up to
+    # this many seconds (jittered), and given up after the last of its attempts
+    notify_retry_max_delay: float = Field(default=600.0, gt=0)
+    notify_max_attempts: int = Field(default=12, ge=1, le=100)
     state_key: str | None = None
     # the approval policy file (TOML), and one judged and recorded but not enforced
     policy: Path | None = None
@@ -131,7 +138,7 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "filesystem://", "sqla+", "amqp://")):
             raise ValueError(
                 "must be redis://…, rediss://…, amqp://…, sqla+… or filesystem://,"
-                f" got {hide_query_password(maybe_sanitize_url(value))!r}"
+                f" got {hide_password(value)!r}"
             )
         taken = sorted(set(parse_qs(urlsplit(value).query)) & _KOMBU_URL_PARTS)
         if taken:  # kombu reads these from the URL's own parts and fails on a second one

@@ -15,12 +15,14 @@ choose the consumer class) runs Celery's consumer with one step replaced: its
 every ``RECONNECT_SECONDS``, until the consumer stops it. The prefork and solo pools'
 mailbox is Celery's, unchanged.
 
-The fix for upstream (Celery's ``celery/worker/pidbox.py``, ``gPidbox.loop``): catch the
-connection's ``connection_errors`` and ``channel_errors`` around the connection's
-``with`` block, log them, wait (on the shutdown event) and connect again, as here.
-``CELERY_LOOP`` is the digest of the pinned Celery's ``gPidbox.loop`` and
-``Control.__init__``: a test fails when Celery changes either, to check whether this
-override is still needed (or still right).
+No documented extension point reaches it: the mailbox is made by the consumer's
+``Control`` step, so the step is replaced (Celery's ``worker_consumer`` setting, given
+the class). The fix for upstream (Celery's ``celery/worker/pidbox.py``,
+``gPidbox.loop``; no upstream issue or pull request was found): catch the connection's
+``connection_errors`` and ``channel_errors`` around the connection's ``with`` block,
+log them, wait (on the shutdown event) and connect again, as here.
+``tests/unit/test_green_pidbox.py`` pins Celery's behaviour: it fails when a Celery
+release reconnects by itself (then drop this module).
 """
 
 from __future__ import annotations
@@ -34,12 +36,11 @@ from typing import Any
 from celery.worker import pidbox
 from celery.worker.consumer import consumer, control
 
-CELERY_LOOP = "49385d146a5f3bcb40efce143338a8cb9b855faf16d7f0984a1563bd97c4f648"
-"""sha256 of the source of ``celery.worker.pidbox.gPidbox.loop`` followed by that of
-``celery.worker.consumer.control.Control.__init__``."""
-
 RECONNECT_SECONDS = 1.0
 """How long the mailbox waits before connecting again after a connection error."""
+READ_SECONDS = 0.25
+"""How long each read of the mailbox waits (Celery's waits 1 s): a stopping worker waits
+for the read in flight."""
 
 CELERY_CONTROL = "celery.worker.consumer.control:Control"
 
@@ -78,7 +79,7 @@ class GreenPidbox(pidbox.gPidbox):
             stopped.set()
 
     def _serve(self, c: Any, shutdown: threading.Event, resets: list[int]) -> None:
-        """Celery's loop, as it is (its ``with`` block)."""
+        """Celery's loop, as it is (its ``with`` block), with shorter reads."""
         with c.connection_for_read() as connection:
             log.info("pidbox: Connected to %s.", connection.as_uri())
             self._do_reset(c, connection)
@@ -87,7 +88,7 @@ class GreenPidbox(pidbox.gPidbox):
                     resets[0] += 1
                     self._do_reset(c, connection)
                 with suppress(TimeoutError):  # socket.timeout
-                    connection.drain_events(timeout=1.0)
+                    connection.drain_events(timeout=READ_SECONDS)
 
 
 class Control(control.Control):
@@ -106,7 +107,7 @@ class Control(control.Control):
 
 
 STEPS = [
-    f"{__name__}:Control" if step == CELERY_CONTROL else step
+    Control if step == CELERY_CONTROL else step
     for step in consumer.Consumer.Blueprint.default_steps
 ]
 

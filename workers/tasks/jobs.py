@@ -1,5 +1,5 @@
 """The Celery tasks: thin shells over the service (the door of every segment and beat
-job). Their names are versioned constants of ``airlock.workers.service.broker``."""
+job). Their names are versioned constants of ``airlock.workers.tasks.broker``."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from celery import Task
 
 from airlock.workers.service import EventType, SegmentInterruptedError
 from airlock.workers.service.backoff import backoff
-from airlock.workers.service.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
 from airlock.workers.service.database_watch import cannot_use
 from airlock.workers.service.settings import settings
-from airlock.workers.service.wiring import service
 from airlock.workers.tasks import metrics
-from airlock.workers.tasks.notify import deliver_due
+from airlock.workers.tasks.broker import DELIVER, EXPIRE, NOTIFY, PURGE, RUN_SEGMENT, SWEEP, app
+from airlock.workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
 
@@ -60,23 +59,19 @@ def run_segment(
 
 @app.task(name=DELIVER)
 def deliver_notifications() -> int:
-    """Deliver what the outbox holds due; returns how many were delivered."""
-    config = settings()
-    if not config.notify_url:
-        return 0
-    return deliver_due(
-        service(), config.notify_url, config.notify_secret, timeout=config.notify_timeout
-    ).delivered
+    """A wake-up an earlier version queued for its deliverers: the dispatcher of each
+    worker delivers the outbox now (``airlock.workers.tasks.dispatcher``), so it does nothing."""
+    return 0
 
 
 @app.task(name=NOTIFY)
 def notify(event_type: EventType, run_id: str, event: object = None) -> int:
     """A notification an earlier version queued as a task of its own: into the outbox
-    with it, then delivered as every other."""
+    with it, delivered by a dispatcher as every other."""
     del event
     if settings().notify_url:
         service().add_notification(run_id, event_type)
-    return int(deliver_notifications())
+    return 0
 
 
 @app.task(name=SWEEP)

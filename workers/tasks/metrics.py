@@ -1,4 +1,5 @@
-"""Worker metrics: how long segments take, by outcome.
+"""Worker metrics: how long segments take, by outcome; how long notifications take to be
+delivered (transition → 2xx).
 
 Segments run in the worker's process (the gevent pool's greenlets) or in its prefork
 pool's children, so the metrics use prometheus_client's multiprocess mode: each
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 _segments: Any = None
+_lag: Any = None
 
 
 def serve(port: int, folder: Path) -> None:
@@ -44,7 +46,7 @@ def serve_files(port: int, folder: Path) -> None:
 def record() -> None:
     """This process records its segments' durations, to the folder
     ``PROMETHEUS_MULTIPROC_DIR`` names (where ``serve_files`` serves them from)."""
-    global _segments  # noqa: PLW0603 - one histogram per process
+    global _segments, _lag  # noqa: PLW0603 - one histogram each per process
     from prometheus_client import Histogram  # noqa: PLC0415 - only after the folder is set
 
     _segments = Histogram(
@@ -53,8 +55,18 @@ def record() -> None:
         ["outcome"],
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     )
+    _lag = Histogram(
+        "airlock_notification_lag_seconds",
+        "Time from a run's transition to its notification's 2xx",
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+    )
 
 
 def observe_segment(outcome: str, seconds: float) -> None:
     if _segments is not None:
         _segments.labels(outcome).observe(seconds)
+
+
+def observe_lag(seconds: float) -> None:
+    if _lag is not None:
+        _lag.observe(seconds)

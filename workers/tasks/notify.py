@@ -6,36 +6,35 @@ The transition that causes one records it in the outbox (see
 commit and by the beat, so a lost wake-up or a worker lost mid-delivery delays a
 notification and never loses it.
 
-Each process keeps one ``Notifier``: an ``httpx.AsyncClient`` (connections kept and
-pooled) on an event loop in a thread of its own, used by every thread that delivers.
-An attempt ends by its deadline whatever the receiver does: asyncio's timeout cancels
-the request wherever it waits (connecting, sending, headers or a body that trickle in),
-where httpx's own timeouts bound each read alone, and a byte every few seconds would
-hold a deliverer for ever. Of the answer, at most ``READ_LIMIT`` bytes are read.
+Every POST goes through the process's one outbound client (``airlock.providers.http.client``,
+connections kept and pooled, shared with the model providers and the JWKS fetches),
+from whatever thread or greenlet delivers. An attempt ends by its deadline whatever
+the receiver does (the transport's ``DEADLINE``: connecting, sending, headers or a
+body that trickle in), where httpx's own timeouts bound each read alone, and a byte
+every few seconds would hold a deliverer for ever. Of the answer, at most
+``READ_LIMIT`` bytes are read.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
-import os
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache, partial
+from functools import partial
 from urllib.parse import urlsplit
 
 import httpx
 from pydantic import JsonValue
 from standardwebhooks import Webhook
 
+from airlock.providers.http import client
+from airlock.providers.transport import DEADLINE as WITHIN
 from airlock.workers.service import DeliveryError, DeliveryReport, Service
 from airlock.workers.service.views import run_view
 
-__all__ = ["Delivery", "DeliveryError", "Notifier", "deliver", "deliver_due"]
+__all__ = ["Delivery", "DeliveryError", "deliver", "deliver_due"]
 
 DEADLINE = 10.0
 """Seconds an attempt may take in all, by default (``AIRLOCK_NOTIFY_TIMEOUT``)."""
@@ -43,8 +42,6 @@ READ_LIMIT = 4096
 """Bytes of an answer read at most: its status is what counts. A short answer is read
 to its end, so that its connection is kept for the next delivery; a longer one is
 closed unread."""
-MAX_CONNECTIONS = 64
-"""Connections a process holds at most; deliveries beyond wait for one."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ def deliver(
     timeout: float = DEADLINE,
 ) -> Delivery:
     """POST one signed event (a dict, or its JSON as sent before) with the process's
-    ``Notifier``, within ``timeout`` seconds in all. Only a 2xx delivers it; anything
+    outbound client, within ``timeout`` seconds in all. Only a 2xx delivers it; anything
     else raises ``DeliveryError`` (see ``refusal``)."""
     webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
     body = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
@@ -97,7 +94,7 @@ def deliver(
     }
     if secret:
         headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, body)
-    status = notifier().post(url, body, headers, timeout)
+    status = _post(url, body, headers, timeout)
     if (refused := refusal(url, status)) is not None:
         raise refused
     return Delivery(status, webhook_id)
@@ -133,74 +130,30 @@ def refusal(url: str, status: int) -> DeliveryError | None:
     )
 
 
-class Notifier:
-    """POSTs on one kept ``httpx.AsyncClient``, from any thread (see the module's
-    docstring)."""
-
-    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
-        self._limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None  # used on the loop alone
-
-    def post(self, url: str, body: str, headers: dict[str, str], deadline: float) -> int:
-        """The receiver's status code; ``DeliveryError`` if none came within
-        ``deadline`` seconds or it could not be reached."""
-        future = asyncio.run_coroutine_threadsafe(
-            self._post(url, body, headers, deadline), self._running()
-        )
-        try:
-            # the request ends by its deadline; this bounds a name lookup too, which
-            # runs in a thread that a cancellation does not stop
-            return future.result(deadline + 5.0)
-        except concurrent.futures.TimeoutError as exc:
-            future.cancel()
-            raise DeliveryError(f"{receiver(url)} did not answer within {deadline:g} s") from exc
-
-    async def _post(self, url: str, body: str, headers: dict[str, str], deadline: float) -> int:
-        if self._client is None:
-            # no timeout of its own: the deadline bounds the whole attempt
-            self._client = httpx.AsyncClient(limits=self._limits, timeout=None)
-        try:
-            async with asyncio.timeout(deadline):
-                request = self._client.build_request("POST", url, content=body, headers=headers)
-                response = await self._client.send(request, stream=True)
-                try:
-                    await _read_at_most(response, READ_LIMIT)
-                finally:
-                    await response.aclose()
-        except TimeoutError as exc:
-            raise DeliveryError(f"{receiver(url)} did not answer within {deadline:g} s") from exc
-        except httpx.HTTPError as exc:
-            raise DeliveryError(f"could not reach {receiver(url)}: {exc!r}") from exc
-        return response.status_code
-
-    def _running(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=airlock.loop.run_forever, name="airlock-notify", daemon=True
-                ).start()
-                self._loop = loop
-            return self._loop
+def _post(url: str, body: str, headers: dict[str, str], deadline: float) -> int:
+    """The receiver's status code; ``DeliveryError`` if it could not be reached or no
+    answer came within ``deadline`` seconds."""
+    try:
+        with client().stream(
+            "POST",
+            url,
+            content=body,
+            headers=headers,
+            timeout=deadline,
+            follow_redirects=False,
+            extensions={WITHIN: deadline},
+        ) as response:
+            _read_at_most(response, READ_LIMIT)
+            return response.status_code
+    except httpx.TimeoutException as exc:
+        raise DeliveryError(f"{receiver(url)} did not answer within {deadline:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise DeliveryError(f"could not reach {receiver(url)}: {exc!r}") from exc
 
 
-async def _read_at_most(response: httpx.Response, limit: int) -> None:
+def _read_at_most(response: httpx.Response, limit: int) -> None:
     read = 0
-    async for chunk in response.aiter_raw():
+    for chunk in response.iter_raw():
         read += len(chunk)
         if read >= limit:
-            return  # the caller closes the response, and with it the connection
-
-
-@lru_cache(maxsize=1)
-def notifier() -> Notifier:
-    """The process's ``Notifier``."""
-    return Notifier()
-
-
-# a forked child makes its own: the loop's thread is not copied
-os.register_at_fork(after_in_child=notifier.cache_clear)
+            return  # closing the response closes the connection, unread

@@ -1,7 +1,7 @@
 """What a worker does as it starts: the metrics server, a word on the pool, database
 connections of each pool process's own, and a watch on its database that says in the
 log when it cannot be used. (Beat's folder is made by its scheduler:
-``airlock.workers.service.broker.Schedule``.)"""
+``airlock.workers.tasks.broker.Schedule``.)"""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
 
-from airlock.workers.service.broker import NOTIFY_QUEUE, QUEUE, app
 from airlock.workers.service.database_watch import watch_database
 from airlock.workers.service.settings import settings
-from airlock.workers.service.wiring import service
 from airlock.workers.tasks import metrics
+from airlock.workers.tasks.broker import NOTIFY_QUEUE, QUEUE, app
+from airlock.workers.tasks.wiring import service
 
 log = logging.getLogger("airlock")
 

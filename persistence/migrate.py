@@ -1,7 +1,9 @@
 """Alembic, configured for a database URL: the one place the CLI, the demo and the tests
-find the migrations. They ship inside this package (``env.py``, ``script.py.mako``,
-``versions/``), found with ``importlib.resources``, so an installed wheel migrates from
-any folder; ``alembic.ini`` at the repository's root points here for developers."""
+find the migrations. They live in the repository's ``alembic/`` folder (``env.py``,
+``script.py.mako``, ``versions/``) and ship in the wheel as ``airlock/migrations``
+(``airlock/migrations`` links to ``alembic/`` in a checkout), found with
+``importlib.resources``, so an installed wheel migrates from any folder;
+``alembic.ini`` at the repository's root points at ``alembic/`` for developers."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from alembic.config import Config
 
 def location() -> Path:
     """The folder of the migration scripts, wherever the package is installed."""
-    return Path(str(files(__name__)))
+    return Path(str(files("airlock") / "migrations"))
 
 
 def alembic_config(url: str) -> Config:

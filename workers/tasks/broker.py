@@ -1,8 +1,8 @@
-"""The Celery app as the service's broker: its configuration, the task names and the
-publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
-by task name); the tasks themselves are registered by ``airlock.workers.tasks``, which a worker
-imports when it starts (the app's ``include``). ``celery -A workers worker`` /
-``celery -A workers beat`` load both (``airlock.workers.app``).
+"""The Celery app: its configuration, the task names, the queues, beat's schedule and
+the publishing of wake-ups. Every door publishes through it (the API and the CLI enqueue
+by task name); the tasks are registered on it by ``airlock.workers.tasks`` (``jobs``), which
+imports this module first: ``celery -A airlock.workers worker`` / ``celery -A airlock.workers beat``
+load the package (``airlock.workers.app``).
 
 The database, not the broker, is the source of truth: a message is only a
 wake-up. Every task starts with a guarded claim, so a duplicate or redelivered
@@ -11,7 +11,6 @@ message is a no-op, and the beat sweeper re-sends what a broker dropped.
 
 from __future__ import annotations
 
-import logging
 import socket
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,9 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 from kombu import Queue
 
-from airlock.workers.service import embedded_broker, queues, redis_broker
-from airlock.workers.service.publisher import Publisher
-from airlock.workers.service.segments import EventType
 from airlock.workers.service.settings import Settings, settings
-
-log = logging.getLogger("airlock")
+from airlock.workers.tasks import embedded_broker, green_pidbox
+from airlock.workers.tasks.publisher import Publisher
 
 RUN_SEGMENT = "airlock.run_segment.v1"
 SWEEP = "airlock.sweep.v1"
@@ -33,17 +29,22 @@ EXPIRE = "airlock.expire_approvals.v1"
 PURGE = "airlock.purge.v1"
 NOTIFY = "airlock.notify.v1"
 DELIVER = "airlock.deliver_notifications.v1"
-QUEUE = queues.SEGMENTS
-NOTIFY_QUEUE = queues.NOTIFICATIONS
-TASKS = "airlock.workers.tasks"
-"""The module that registers the tasks, imported by a worker when it starts."""
-"""Deliveries' own queue. A worker started without ``-Q`` consumes both (the app's
-``task_queues``): under the gevent pool a delivery that waits on its receiver holds a
-greenlet, not the process. ``-Q airlock.notifications`` runs a replica for it alone."""
+QUEUE = "airlock"
+"""The segments' queue."""
+NOTIFY_QUEUE = "airlock.notifications"
+"""The queue where earlier versions sent deliveries as tasks (``NOTIFY``, ``DELIVER``):
+a worker still consumes it, so that what they left there is taken. Notifications are
+delivered by each worker's dispatcher now (``airlock.workers.tasks.dispatcher``), never by a
+task."""
+
+
+IDLE_POLL = 0.5
+"""Seconds a consumer's read of the broker waits for a message before it looks again."""
 
 
 def broker_options(config: Settings) -> dict[str, Any]:
     if config.embedded_broker:
+        # the folders are made with a channel (airlock.workers.tasks.embedded_broker)
         # the folders are made with a channel (airlock.workers.queue.embedded_broker)
         folder = config.broker_folder.resolve()
         # A worker finds a message at its next poll (every 0.05 s). A message read by a
@@ -56,6 +57,10 @@ def broker_options(config: Settings) -> dict[str, Any]:
             "store_processed": False,
             "polling_interval": 0.05,
         }
+    # kombu's documented transport option; on Redis it is the BRPOP's timeout, how long a
+    # green worker's idle consumer waits before it looks at its state again: a TERM is
+    # seen within it (an idle worker stops within 2 s)
+    options: dict[str, Any] = {"polling_interval": IDLE_POLL}
     if config.visibility_timeout is None:
         # A wake-up is not worth two Redis transactions per task (kombu's index of
         # unacknowledged messages, for its redelivery after the visibility timeout):
@@ -64,16 +69,16 @@ def broker_options(config: Settings) -> dict[str, Any]:
         # messages a worker holds go back to the queue when it stops; those of a
         # worker that is killed are re-sent by the sweeper (a stale queued run, an
         # expired lease), as they were before the redelivery's hour had passed.
-        return {"ack_emulation": False}
+        return options | {"ack_emulation": False}
     # Redis redelivers an unacked message after this long, running or not:
     # it must be longer than the longest segment.
-    return {"visibility_timeout": config.visibility_timeout}
+    return options | {"visibility_timeout": config.visibility_timeout}
 
 
 class Schedule(PersistentScheduler):
     """Celery's persistent schedule, which makes its file's folder first: beat opens the
     file (for its banner) before any signal a handler could make it in, so
-    ``celery -A workers beat`` in a folder without ``AIRLOCK_HOME`` failed at start."""
+    ``celery -A airlock.workers beat`` in a folder without ``AIRLOCK_HOME`` failed at start."""
 
     schedule_filename: str  # set by PersistentScheduler.__init__
 
@@ -83,11 +88,9 @@ class Schedule(PersistentScheduler):
 
 
 def make_app(config: Settings) -> Celery:
-    celery = Celery("airlock", broker=config.broker_url, include=[TASKS])
+    celery = Celery("airlock", broker=config.broker_url)
     if config.embedded_broker:
-        celery.conf.broker_transport = embedded_broker.TRANSPORT
-    elif config.broker_url.startswith("redis://"):  # rediss:// keeps kombu's checks of TLS
-        celery.conf.broker_transport = redis_broker.TRANSPORT
+        celery.conf.broker_transport = embedded_broker.Transport
     celery.conf.update(
         broker_transport_options=broker_options(config),
         broker_connection_retry_on_startup=True,
@@ -106,12 +109,13 @@ def make_app(config: Settings) -> Celery:
         # they go on and record their stops in the database; the messages the broker
         # gives back are wake-ups of runs they hold, which their claim turns into no-ops
         worker_cancel_long_running_tasks_on_connection_loss=False,
+        # a worker with segments in flight gives them this long before it stops; an idle
+        # one stops at once (a countdown it holds is a wake-up: the sweeper re-sends it)
         worker_soft_shutdown_timeout=config.soft_shutdown_timeout,
-        worker_enable_soft_shutdown_on_idle=True,
         worker_hijack_root_logger=False,
         # Celery's consumer, whose remote control on a gevent worker outlives a broker
         # restart (airlock.workers.tasks.green_pidbox)
-        worker_consumer="airlock.workers.tasks.green_pidbox:Consumer",
+        worker_consumer=green_pidbox.Consumer,
         beat_scheduler=Schedule,
         beat_schedule_filename=str(config.beat_schedule),
         # the schedule is saved after every job sent, not every 3 minutes: its age says
@@ -123,25 +127,20 @@ def make_app(config: Settings) -> Celery:
 
 
 def beat_schedule(config: Settings) -> dict[str, dict[str, Any]]:
-    """Beat's jobs. Deliveries (their retries) only with ``AIRLOCK_NOTIFY_URL``: without
-    one nothing is delivered, and a job queued every sweep on the notifications' queue,
-    which no worker need then consume, would pile up in the broker."""
+    """Beat's jobs (notifications are no job of beat's: each worker's dispatcher looks at
+    the outbox itself)."""
     every = config.sweep_interval
-    schedule: dict[str, dict[str, Any]] = {
+    return {
         "sweep": {"task": SWEEP, "schedule": every},
         "expire-approvals": {"task": EXPIRE, "schedule": every},
         "purge": {"task": PURGE, "schedule": 3600.0},
     }
-    if config.notify_url:
-        schedule["deliver-notifications"] = {"task": DELIVER, "schedule": every}
-    return schedule
 
 
 app = make_app(settings())
 
 
 publish = Publisher(app, QUEUE)
-publish_notice = Publisher(app, NOTIFY_QUEUE)
 
 
 def enqueue_segment(run_id: str, delay: float | None = None) -> None:
@@ -149,12 +148,6 @@ def enqueue_segment(run_id: str, delay: float | None = None) -> None:
         app.send_task(RUN_SEGMENT, (run_id,), countdown=delay, queue=QUEUE, ignore_result=True)
     else:
         publish(RUN_SEGMENT, (run_id,))
-
-
-def notify_run(event_type: EventType, run_id: str) -> None:
-    """Wake a deliverer: the transition recorded the notification in the outbox."""
-    log.debug(event_type, extra={"action": "notify", "run_id": run_id, "type": event_type})
-    publish_notice(DELIVER, ())
 
 
 def nodes_of_this_host(timeout: float) -> list[str]:

@@ -1,6 +1,7 @@
 """The composition root: the process's one Service, built from the settings, with the
-Celery app (``airlock.workers.service.broker``) as its publisher. The doors get what they need
-from here."""
+Celery app (``airlock.workers.tasks.broker``) as its publisher and this process's notification
+dispatcher (if it runs one) woken by its transitions. The doors get what they need from
+here."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from functools import lru_cache
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.db import make_engine
 from airlock.persistence.store import RetryPolicy, RunStore
-from airlock.workers.service import Enqueue, Limits, Notify, Service, broker
+from airlock.workers.service import Enqueue, Limits, Notify, Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings, settings
+from airlock.workers.tasks import broker, dispatcher
 
 
 def limits_of(config: Settings) -> Limits:
@@ -54,11 +56,26 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
     )
 
 
+DISPATCH_POOL = 4
+"""Connections of each of a worker's notification dispatcher's own pools (at most
+``AIRLOCK_DB_POOL_SIZE``): its claims and settlements use one, its reads another."""
+
+
+def dispatching_service(config: Settings) -> Service:
+    """The service a worker's notification dispatcher claims, reads and settles the
+    outbox through: on pools of its own (``DISPATCH_POOL`` connections each), so that its
+    deliveries never wait for a connection behind the segments, nor the segments
+    behind them."""
+    own = config.model_copy(update={"db_pool_size": min(DISPATCH_POOL, config.db_pool_size)})
+    return build_service(own, broker.enqueue_segment, dispatcher.wake_up)
+
+
 @lru_cache(maxsize=1)
 def service() -> Service:
-    """The process's service, publishing wake-ups through the Celery app."""
+    """The process's service, publishing wake-ups through the Celery app; with
+    notifications on, a transition wakes this process's dispatcher, if it runs one."""
     config = settings()
-    notify = broker.notify_run if config.notify_url else None
+    notify = dispatcher.wake_up if config.notify_url else None
     return build_service(config, broker.enqueue_segment, notify)
 
 

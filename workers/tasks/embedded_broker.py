@@ -7,11 +7,12 @@ for Celery). Seen here under the sweeper's and a producer's writes. This channel
 writes to a hidden temporary name and renames it into place, which POSIX makes
 atomic: a consumer sees a whole message or none.
 
-The fix for upstream (kombu's ``kombu/transport/filesystem.py``, ``Channel._put``):
-write the payload to a name the consumer skips (a leading dot, in the same folder) and
-``os.rename`` it to the ``.msg`` name. ``KOMBU_PUT`` is the digest of the pinned
-kombu's ``_put``: a test fails when kombu changes it, to check whether this override
-is still needed (or still right).
+kombu offers no extension point for it (no transport option, no hook): the channel
+class is the way. The fix for upstream (kombu's ``kombu/transport/filesystem.py``,
+``Channel._put``; no upstream issue or pull request was found): write the payload to a
+name the consumer skips (a leading dot, in the same folder) and ``os.rename`` it to the
+``.msg`` name. ``tests/unit/test_embedded_broker.py`` pins kombu's behaviour: it fails
+when a kombu release writes a message whole before naming it (then drop this).
 
 The folders are made when a channel is: by a process that publishes or consumes, not
 by every process that loads the Celery app (a command that only reads runs leaves no
@@ -30,9 +31,6 @@ from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
-
-KOMBU_PUT = "a88e2ceb3927a99ac69f97f5d2dec340e7ed22ae16f7ec8e33fb1716bc25b8b5"
-"""sha256 of the source of ``kombu.transport.filesystem.Channel._put`` this overrides."""
 
 FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
 """The transport's options that name a folder it uses."""
@@ -61,6 +59,3 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
-
-
-TRANSPORT = f"{__name__}:Transport"
