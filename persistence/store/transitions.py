@@ -4,9 +4,7 @@ sees the new status also sees why, and a caller that lost the race changes nothi
 
 from __future__ import annotations
 
-import functools
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +16,7 @@ from sqlalchemy.sql.dml import Update
 from airlock.loop import StateError, SuspendedRunState, Usage
 from airlock.persistence.domain import ACTIVE, CallRecord, Claim, Reclaimed, RunStatus
 from airlock.persistence.store import sql
+from airlock.persistence.store.claims import ClaimAttempt
 from airlock.persistence.store.common import Event, parse_run_id
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.dialects import Writes
@@ -86,13 +85,16 @@ class Transitions:
         return retrying(self._ctx.retry, unit, what="a run's transition")
 
     def claim(
-        self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None
-    ) -> Claim | None:
+        self, run_id: str, owner: str, lease: timedelta, *, take_over: str | None = None,
+        adopt: bool = False,
+    ) -> Claim | None:  # fmt: skip
         """queued → running with a lease. Exactly one concurrent caller wins.
 
-        ``take_over`` names an earlier owner whose claim this caller continues
-        (a task retried after the database went away mid-segment). The claim
-        carries the sealed checkpoint, so a segment starts with one round trip.
+        ``take_over`` names an earlier owner whose claim this caller continues (a task
+        retried after the database went away mid-segment); ``adopt``: that owner ran
+        no call it did not record, so its calls ``started`` (never run) become this
+        owner's (``ClaimAttempt``). The claim carries the sealed checkpoint, so a
+        segment starts with one round trip.
 
         On PostgreSQL the claim's commit does not wait for its WAL to reach the disk
         (``synchronous_commit = off``; the lease renewals too). It is visible to every
@@ -107,7 +109,7 @@ class Transitions:
         rid = parse_run_id(run_id)
         if rid is None:
             return None
-        attempt = functools.partial(self._claim_attempt, rid, owner, lease, take_over)
+        attempt = ClaimAttempt(self._ctx, rid, owner, lease, take_over, adopt)
         row = retrying(self._ctx.retry, attempt, what="claiming a run")
         if row is None:
             return None
@@ -129,30 +131,6 @@ class Transitions:
             decision=json.loads(decision) if isinstance(decision, str) else decision,
             approver=approver,
         )
-
-    def _claim_attempt(
-        self, rid: uuid.UUID, owner: str, lease: timedelta, take_over: str | None, attempt: int
-    ) -> Any:
-        if attempt == 0:
-            return self._claim_row(rid, owner, lease, take_over)
-        # the first attempt may have committed before its answer was lost: the run is
-        # then leased to ``owner`` already, and continuing that claim is taking it over
-        # from itself
-        row = self._claim_row(rid, owner, lease, owner)
-        if row is None and take_over is not None:
-            row = self._claim_row(rid, owner, lease, take_over)
-        return row
-
-    def _claim_row(
-        self, rid: uuid.UUID, owner: str, lease: timedelta, take_over: str | None
-    ) -> Any:
-        now = self._ctx.now()
-        params = {"rid": rid, "owner": owner, "expires": now + lease, "now": now}
-        claim = sql.CLAIM if take_over is None else sql.TAKE_OVER
-        if take_over is not None:
-            params["previous"] = take_over
-        with self._ctx.conns.one(durable=False) as s:
-            return self._ctx.sql.hot(s, ("claim", take_over is None), lambda: claim, params)
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:
         return run_id in self.renew_leases({run_id: owner}, lease)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
+from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -143,6 +144,45 @@ def test_an_unreachable_database_is_a_503_problem(tmp_path: Path) -> None:
     assert body["type"] == "/problems/database-unavailable"
     assert str(tmp_path) not in body["detail"]  # the clients are not told where it is
     assert api.client.get("/readyz").status_code == 503
+
+
+def test_a_database_that_goes_away_under_a_serving_api_is_a_503_problem(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Served once (the schema known current), then PostgreSQL refuses the database's
+    connections and ends those it had: each request, a plain route's or FastAPI's, a
+    read's or a write's, is 503 ``database-unavailable`` (it was a plain-text 500), the
+    log says why; and the API serves again once the database is back."""
+    api = make_api(postgres_url)
+    api.client = TestClient(api.client.app, raise_server_exceptions=False)
+    run = api.create()
+    name = make_url(postgres_url).database
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+            {"n": name},
+        )
+    try:
+        headers = api.headers()
+        for response in (
+            api.client.get(f"/v1/runs/{run['id']}", headers=headers),  # a plain route
+            api.client.get("/v1/runs", headers=headers),  # FastAPI
+            api.client.post("/v1/runs", headers=headers, json={"agent": "w1", "input": "x"}),
+        ):
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            body = response.json()
+            assert body["type"] == "/problems/database-unavailable", body
+            assert name not in body["detail"]
+        assert "api.database_away" in [getattr(r, "action", "") for r in caplog.records]
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
+        admin.dispose()
+    assert api.client.get(f"/v1/runs/{run['id']}", headers=api.headers()).status_code == 200
+    assert api.create()["status"] == "queued"
 
 
 def test_the_api_says_at_start_that_its_schema_is_not_ready(

@@ -29,7 +29,7 @@ from airlock.loop.messages import Message, Usage
 from airlock.loop.tools import ToolSchema
 from airlock.persistence.domain import CallStatus, RunStatus
 from airlock.persistence.store import RunStore, utcnow
-from airlock.workers.service import ConflictError, Limits, Outcome, Service
+from airlock.workers.service import ConflictError, Limits, Outcome, SegmentInterruptedError, Service
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.events import Pending, RunEventSink
 from airlock.workers.service.keeper import Keeper
@@ -488,8 +488,10 @@ def test_a_redelivered_segment_replays_the_reads_it_recorded(engine: Engine) -> 
     service = keeping(RunStore(engine), agent)
     holder.append(service)
     run, _ = service.start_run("reader", "x")
-    with pytest.raises(OperationalError):
+    with pytest.raises(SegmentInterruptedError) as stopped:
         service.run_segment(run.id, "w1")
+    assert isinstance(stopped.value.__cause__, OperationalError)
+    assert (stopped.value.take_over, stopped.value.adopt) == ("w1", True)
     # the read's record went out with its events, before the model call that failed
     assert [(e.tool, e.status, e.result) for e in service.store.ledger.entries(run.id)] == [
         ("peek", CallStatus.SUCCEEDED, "seen 1")

@@ -4,9 +4,10 @@ the state and ``airlock db upgrade``, never a plain-text 500.
 
 The schema is not checked on every request: once, at the first request, and again
 only after a statement fails on a table or column that is not there (a database
-dropped, restored or downgraded under a running API). While it is not ready, each
-request checks again, so the API serves as soon as the database is migrated, without
-a restart."""
+dropped, restored or downgraded under a running API), or because the database could
+not be used (it went away under a serving API: that request is 503 database
+unavailable). While it is not ready, each request checks again, so the API serves as
+soon as the database is migrated, or back, without a restart."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airlock.persistence.schema import SchemaState, SchemaStatus, is_schema_error
+from airlock.persistence.schema import SchemaState, SchemaStatus, first_line, is_schema_error
 from airlock.workers.http.problems import schema_problem
+from airlock.workers.service import is_database_error
 
 log = logging.getLogger("airlock")
 
@@ -71,6 +74,21 @@ class SchemaWatch:
             return replace(status, state=SchemaState.MISSING, reason=gone)
         return status
 
+    def away(self, exc: BaseException) -> SchemaStatus:
+        """A statement failed because the database could not be used (it went away, a
+        connection was dropped): unreachable as far as that request knows; the next
+        request checks again."""
+        log.warning(
+            "a statement could not use the database: %s",
+            first_line(exc) if isinstance(exc, SQLAlchemyError) else exc,
+            extra={"action": "api.database_away"},
+        )
+        with self._lock:
+            known = self._known if self._known is not None else self._check()
+            reason = first_line(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
+            self._known = replace(known, state=SchemaState.UNREACHABLE, reason=reason)
+            return self._known
+
     def _check(self) -> SchemaStatus:
         before = self._known
         status = self._probe()
@@ -111,7 +129,12 @@ class SchemaGate:
         try:
             await self._app(scope, receive, watched)
         except Exception as exc:
-            if started or not is_schema_error(exc):
+            if started:
                 raise
-            status = await asyncio.to_thread(self._watch.lost, exc)
+            if is_schema_error(exc):
+                status = await asyncio.to_thread(self._watch.lost, exc)
+            elif is_database_error(exc):
+                status = await asyncio.to_thread(self._watch.away, exc)
+            else:
+                raise
             await schema_problem(status)(scope, receive, send)

@@ -28,6 +28,7 @@ from airlock.workers.service.segments import (
     EventType,
     Limits,
     Outcome,
+    SegmentInterruptedError,
     SegmentResult,
     is_database_error,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Outcome",
     "Principal",
     "Retries",
+    "SegmentInterruptedError",
     "SegmentResult",
     "Service",
     "Stats",

@@ -169,10 +169,13 @@ class Service(Notifying):
 
     # -- segments ------------------------------------------------------------------
 
-    def run_segment(self, run_id: str, owner: str, take_over: str | None = None) -> SegmentResult:
+    def run_segment(
+        self, run_id: str, owner: str, take_over: str | None = None, *, adopt: bool = False
+    ) -> SegmentResult:
         """Claim the run, advance it to its next stop, record that stop, return (see
-        ``Segments.run``)."""
-        return self._segments.run(run_id, owner, take_over)
+        ``Segments.run``). Raises ``SegmentInterruptedError`` when the database cannot be
+        used: retry with its ``take_over`` and ``adopt``."""
+        return self._segments.run(run_id, owner, take_over, adopt=adopt)
 
     # -- decisions (airlock.workers.service.approving) ------------------------------------
 

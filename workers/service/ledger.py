@@ -67,6 +67,9 @@ class LedgerExecutor:
         self._record = record
         self._ledger = ledger
         self._clock = clock
+        self.unrecorded: str | None = None
+        """A call that acted and whose result is not recorded yet (only this executor
+        knows it): were the segment to stop now, that call would be in doubt."""
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
         if is_read(invocation):
@@ -87,10 +90,12 @@ class LedgerExecutor:
                     f"run by hand."
                 )
             self._store.ledger.restart_call(self._run_id, call_id)
+        self.unrecorded = call_id
         outcome = invocation.invoke()
         self._store.ledger.finish_call(
             self._run_id, call_id, outcome.content, is_error=outcome.is_error
         )
+        self.unrecorded = None
         return outcome
 
     def _read(self, invocation: ToolInvocation) -> ToolOutcome:

@@ -12,11 +12,12 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import JsonValue
-from sqlalchemy.exc import InterfaceError, OperationalError, StatementError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from airlock.loop import (
     Agent,
+    AirlockError,
     ApprovalRequired,
     DecisionError,
     LoopResult,
@@ -27,6 +28,7 @@ from airlock.loop import (
 )
 from airlock.loop.policy import RunPolicy
 from airlock.persistence.domain import Claim, RunStatus
+from airlock.persistence.schema import first_line
 from airlock.persistence.store import Clock, Event, LeaseLostError, RunStore
 from airlock.workers.service.backoff import backoff
 from airlock.workers.service.decisions import to_loop_decisions
@@ -78,6 +80,22 @@ def is_database_error(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError)
 
 
+class SegmentInterruptedError(AirlockError):
+    """The database could not be used (the ``__cause__``; a unit is retried before, up to
+    ``AIRLOCK_DB_RETRY_SECONDS``): the segment stopped, recording nothing more, and is
+    run again later. ``take_over``: the owner whose claim that retry continues;
+    ``adopt``: whether the calls that owner started are the retry's to run (it ran
+    none it did not record the result of: none is in doubt)."""
+
+    def __init__(self, why: str, take_over: str, adopt: bool) -> None:
+        super().__init__(why)
+        self.take_over = take_over
+        self.adopt = adopt
+
+    def __reduce__(self) -> tuple[type[SegmentInterruptedError], tuple[str, str, bool]]:
+        return type(self), (str(self), self.take_over, self.adopt)  # it crosses processes
+
+
 def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ModelError):
         return exc.retryable
@@ -98,13 +116,29 @@ class Segments:
     """Wake a deliverer of the outbox after the commit."""
     policy: PolicyHolder | None = None
 
-    def run(self, run_id: str, owner: str, take_over: str | None = None) -> SegmentResult:
+    def run(
+        self, run_id: str, owner: str, take_over: str | None = None, *, adopt: bool = False
+    ) -> SegmentResult:
         """Claim the run, advance it to its next stop, record that stop, return.
 
         A run that is not claimable (a duplicate or redelivered wake-up) is a no-op.
-        Database errors propagate: nothing can be recorded, the caller retries.
+        ``take_over``: an earlier owner whose claim this one continues, and (``adopt``)
+        whose calls started and never run are this segment's to run
+        (``Transitions.claim``). A database that cannot be used raises
+        ``SegmentInterruptedError``: nothing can be recorded, the caller retries with
+        what it says.
         """
-        run = self.store.transitions.claim(run_id, owner, self.limits.lease, take_over=take_over)
+        try:
+            run = self.store.transitions.claim(
+                run_id, owner, self.limits.lease, take_over=take_over, adopt=adopt
+            )
+        except Exception as exc:
+            if is_database_error(exc):  # held nothing: the retry continues as this would
+                continued = take_over or owner
+                raise SegmentInterruptedError(
+                    _away(exc), continued, adopt or take_over is None
+                ) from exc
+            raise
         if run is None:
             log.info(
                 "not claimable; skipped", extra={"action": "segment.skipped", "run_id": run_id}
@@ -112,31 +146,39 @@ class Segments:
             return SegmentResult(Outcome.SKIPPED)
         log.debug("claimed", extra={"action": "segment.claimed", "run_id": run_id, "owner": owner})
         sink = self.keeper.sink(run.id, owner)
+        executor = self._executor(run, owner, sink)
         with self.keeper.hold(run_id, owner, sink):
             try:
-                return self._advance(run, owner, sink)
-            except LeaseLostError as exc:  # another worker owns the run now: stop, write nothing
-                return self._lease_lost(run, owner, str(exc))
+                return self._held(run, owner, sink, executor)
             except Exception as exc:
-                if is_database_error(exc):
+                if not is_database_error(exc):
                     raise
-                try:
-                    sink.flush()  # what the segment did before it failed, counters included
-                except LeaseLostError as lost:
-                    return self._lease_lost(run, owner, str(lost))
-                if is_transient(exc) and run.attempts < self.limits.max_attempts:
-                    return self._retry_later(run, owner, exc)
-                return self._fail(run, owner, _describe(exc, run))
+                clean = executor.unrecorded is None
+                raise SegmentInterruptedError(_away(exc), owner, clean) from exc
 
-    def _advance(self, run: Claim, owner: str, sink: RunEventSink) -> SegmentResult:
-        agent = self.registry.get(run.agent)
-        if run.unreadable is not None:
-            raise StateError(run.unreadable)
-        state = self.store.runs.load_state(run) if run.has_checkpoint else None
-        if state is not None:
-            sink.usage = state.usage
+    def _held(
+        self, run: Claim, owner: str, sink: RunEventSink, executor: LedgerExecutor
+    ) -> SegmentResult:
+        """The claimed run advanced to its next stop, that stop recorded (database errors
+        propagate)."""
+        try:
+            return self._advance(run, owner, sink, executor)
+        except LeaseLostError as exc:  # another worker owns the run now: stop, write nothing
+            return self._lease_lost(run, owner, str(exc))
+        except Exception as exc:
+            if is_database_error(exc):
+                raise
+            try:
+                sink.flush()  # what the segment did before it failed, counters included
+            except LeaseLostError as lost:
+                return self._lease_lost(run, owner, str(lost))
+            if is_transient(exc) and run.attempts < self.limits.max_attempts:
+                return self._retry_later(run, owner, exc)
+            return self._fail(run, owner, _describe(exc, run))
+
+    def _executor(self, run: Claim, owner: str, sink: RunEventSink) -> LedgerExecutor:
         # the segment's events so far are written with each write's ``started`` record
-        executor = LedgerExecutor(
+        return LedgerExecutor(
             self.store,
             run.id,
             sink.start_call,
@@ -145,6 +187,16 @@ class Segments:
             clock=self.clock,
             owner=owner,
         )
+
+    def _advance(
+        self, run: Claim, owner: str, sink: RunEventSink, executor: LedgerExecutor
+    ) -> SegmentResult:
+        agent = self.registry.get(run.agent)
+        if run.unreadable is not None:
+            raise StateError(run.unreadable)
+        state = self.store.runs.load_state(run) if run.has_checkpoint else None
+        if state is not None:
+            sink.usage = state.usage
 
         def write_ahead(checkpoint: SuspendedRunState) -> None:
             events, calls = sink.take()
@@ -297,6 +349,13 @@ def _expires(now: datetime, agent: Agent, state: SuspendedRunState) -> datetime 
         if c.requires_approval and c.policy is not None and c.policy.expires_in is not None
     ]
     return now + min(ttls) if ttls else None
+
+
+def _away(exc: BaseException) -> str:
+    """What a database error says, never its statement or parameters (they hold data)."""
+    if isinstance(exc, SQLAlchemyError):
+        return f"{type(exc).__name__}: {first_line(exc)}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _describe(exc: BaseException, run: Claim) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Task
 
-from airlock.workers.service import EventType, is_database_error
+from airlock.workers.service import EventType, SegmentInterruptedError
 from airlock.workers.service.backoff import backoff
 from airlock.workers.service.database_watch import cannot_use
 from airlock.workers.service.settings import settings
@@ -24,7 +24,9 @@ log = logging.getLogger("airlock")
 
 
 @app.task(bind=True, name=RUN_SEGMENT, max_retries=None)
-def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None) -> str:
+def run_segment(
+    self: Task[Any, Any], run_id: str, take_over: str | None = None, adopt: bool = False
+) -> str:
     # unique to this execution: a ledger record started under it is this execution's own
     # (a container restarted with the same hostname and pids redelivers the same task id)
     nonce = secrets.token_hex(4)
@@ -32,17 +34,13 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
     owner = f"{request.hostname}:{os.getpid()}:{request.id}:{request.retries}:{nonce}"
     started = time.perf_counter()
     try:
-        outcome = service().run_segment(run_id, owner, take_over=take_over).outcome.value
-        metrics.observe_segment(outcome, time.perf_counter() - started)
-        return outcome  # Celery logs it at INFO: "Task …[id] succeeded in …s: 'completed'"
-    except Exception as exc:
-        if not is_database_error(exc):
-            raise
-        # Nothing could be recorded. Try again later; the retry may continue our claim.
+        result = service().run_segment(run_id, owner, take_over=take_over, adopt=adopt)
+    except SegmentInterruptedError as stopped:
+        # Nothing could be recorded. Try again later, continuing what it says.
         countdown = backoff(self.request.retries, cap=60)
         log.warning(
             "%s: the segment of run %s is tried again in %.1f s",
-            cannot_use(settings().database_url, exc),
+            cannot_use(settings().database_url, stopped.__cause__ or stopped),
             run_id,
             countdown,
             extra={
@@ -52,9 +50,11 @@ def run_segment(self: Task[Any, Any], run_id: str, take_over: str | None = None)
                 "retry_in": round(countdown, 1),
             },
         )
-        raise self.retry(
-            exc=exc, countdown=countdown, kwargs={"run_id": run_id, "take_over": owner}
-        ) from exc
+        kwargs = {"run_id": run_id, "take_over": stopped.take_over, "adopt": stopped.adopt}
+        raise self.retry(exc=stopped, countdown=countdown, kwargs=kwargs) from stopped
+    outcome = result.outcome.value
+    metrics.observe_segment(outcome, time.perf_counter() - started)
+    return outcome  # Celery logs it at INFO: "Task …[id] succeeded in …s: 'completed'"
 
 
 @app.task(name=DELIVER)
