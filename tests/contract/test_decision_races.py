@@ -307,3 +307,29 @@ def test_a_sign_out_waits_for_a_decision_made_under_it_or_refuses_it(
         release.set()
         event.remove(Engine, "after_cursor_execute", hold)
     assert [a.principal for a in service.store.decisions.approvals(run.id, digest)] == ["alice"]
+
+
+def test_a_repeat_of_a_decision_while_its_run_finishes_is_told_it_was_decided(
+    engine: Engine,
+) -> None:
+    """An authorised repeat reads the run decided, with its checkpoint; the resumed run
+    finishes (its checkpoint cleared) before that checkpoint is read back. The turn is
+    then read from its audit: 200 duplicate, not a refusal for a checkpoint that went."""
+    clock = FakeClock()
+    service = make_service(engine, clock)
+    run, _ = service.start_run("treasury", "pay the supplier", requested_by="mallory")
+    assert service.run_segment(run.id, "worker").outcome is Outcome.SUSPENDED
+    digest = service.store.runs.require(run.id).turn_digest or ""
+    assert attempt(service, run.id, approve(digest), ALICE) == "partial"
+    assert attempt(service, run.id, approve(digest), BOB) == "recorded"
+    get = service.store.runs.get
+
+    def finished_after_the_read(run_id: str) -> Any:
+        read = get(run_id)
+        assert service.run_segment(run_id, "worker").outcome is Outcome.COMPLETED
+        return read
+
+    service.store.runs.get = finished_after_the_read  # type: ignore[method-assign]
+    assert attempt(service, run.id, approve(digest), CAROL) == "duplicate"
+    service.store.runs.get = get  # type: ignore[method-assign]
+    assert service.store.runs.require(run.id).status is RunStatus.COMPLETED

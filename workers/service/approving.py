@@ -304,7 +304,13 @@ class Approvals:
         still holds), else as its ``suspended`` event recorded it (a run that has moved
         on). Raises ``_UnknownTurnError`` for a turn this run never waited on."""
         if waiting or (run.turn_digest == digest and run.has_checkpoint):
-            return self.store.runs.load_state(run)
+            try:
+                return self.store.runs.load_state(run)
+            except StateError:
+                if waiting:
+                    raise
+                # a run read after its decision may finish (its checkpoint cleared) before
+                # the checkpoint is read back: its audit still holds the turn
         after = 0
         while events := self.store.events.read(run.id, after=after):
             for event in events:
