@@ -87,6 +87,9 @@ def _without_credentials(url: str) -> str:
 
 def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
     url = normalise_url(url or database_url())
+    # a statement's parameters are tool arguments, results and secrets: a database
+    # error's message (logged, shown in a run's error) names the statement only
+    kwargs.setdefault("hide_parameters", True)
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs

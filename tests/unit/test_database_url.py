@@ -50,3 +50,25 @@ def test_a_refused_url_is_named_without_its_password(given: str) -> None:
         normalise_url(given)
     assert "AIRLOCK_DATABASE_URL" in str(refused.value)
     assert "s3cret" not in str(refused.value)
+
+
+def test_a_database_error_does_not_carry_the_statements_parameters(tmp_path) -> None:
+    """Parameters are tool arguments and results: an error (logged, kept in a run's
+    error) must not repeat them."""
+    import sqlalchemy as sa
+
+    from airlock.persistence.db import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("create table t (v text unique)"))
+        conn.execute(sa.text("insert into t values (:v)"), {"v": "s3cret-argument"})
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("insert into t values (:v)"), {"v": "s3cret-argument"})
+    except sa.exc.IntegrityError as exc:
+        assert "s3cret-argument" not in str(exc)
+        assert "insert into t" in str(exc)
+    else:
+        raise AssertionError("the duplicate insert was not refused")
+    engine.dispose()
