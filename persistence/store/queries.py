@@ -17,14 +17,16 @@ from airlock.persistence.store import sql
 from airlock.persistence.store.common import BadCursorError
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.runs import Runs
+from airlock.persistence.store.tallies import Tallies
 
 RUNS = sql.RUNS
 
 
 class Queries:
-    def __init__(self, ctx: Context, runs: Runs) -> None:
+    def __init__(self, ctx: Context, runs: Runs, tallies: Tallies) -> None:
         self._ctx = ctx
         self._runs = runs
+        self._tallies = tallies
 
     def list_runs(
         self,
@@ -123,6 +125,7 @@ class Queries:
         return int(count or 0)
 
     def oldest_waiting(self) -> datetime | None:
+        """The earliest ``suspended_at`` of a waiting run (``ix_agent_runs_waiting_since``)."""
         with self._ctx.conns.one() as s:
             value: datetime | None = s.scalar(
                 select(func.min(RUNS.c.suspended_at)).where(
@@ -134,22 +137,12 @@ class Queries:
         return value
 
     def waiting_mark(self) -> WaitingMark:
-        """The waiting queue's mark (``WaitingMark``), in one statement."""
-        query = select(
-            func.count(), func.max(RUNS.c.updated_at), func.coalesce(func.sum(RUNS.c.event_seq), 0)
-        ).where(RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value)
-        with self._ctx.conns.one() as s:
-            count, changed, events = s.execute(query).one()
-        if changed is not None and changed.tzinfo is None:
-            changed = changed.replace(tzinfo=UTC)
-        return WaitingMark(int(count), changed, int(events))
+        """The waiting queue's mark (``WaitingMark``), read from the tallies."""
+        return self._tallies.waiting_mark()
 
     def count_by_status(self) -> dict[RunStatus, int]:
-        with self._ctx.conns.one() as s:
-            rows = s.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status)).all()
-        counts = dict.fromkeys(RunStatus, 0)
-        counts.update({RunStatus(status): int(n) for status, n in rows})
-        return counts
+        """Runs per status, read from the tallies (a few rows, whatever the runs)."""
+        return self._tallies.by_status()
 
 
 def _metadata_holds(needle: str) -> ColumnElement[bool]:
