@@ -135,8 +135,8 @@ def test_the_migration_counts_the_runs_already_stored(db_url: str, engine: Engin
     command.downgrade(alembic_config(db_url), "0010")
     at = datetime(2026, 12, 1, tzinfo=UTC)
     statuses = [s.value for s in RunStatus] * 3 + ["waiting_for_approval"] * 4
-    names = ("agent", "status", "input", "metadata", "iterations", "prompt_tokens")
-    names += ("completion_tokens", "attempts", "event_seq", "version")
+    names: tuple[str, ...] = ("agent", "status", "input", "metadata", "iterations")
+    names += ("prompt_tokens", "completion_tokens", "attempts", "event_seq", "version")
     runs = sa.table(
         "agent_runs",
         *(sa.column(c) for c in names),
