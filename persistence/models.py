@@ -180,19 +180,24 @@ class AgentRun(Base):
 class RunTallyRow(Base):
     """Runs per status, kept by triggers on ``agent_runs`` (migration 0011) in the
     transaction of every write: what ``stats`` and the queue's mark read instead of
-    counting the runs. A status's count is the sum of its slots (on PostgreSQL a run's
-    slot is the last byte of its id, mod 16, so that transitions of different runs seldom
-    wait on one row; on SQLite one slot). ``changes`` counts the writes that moved a run
-    into or out of the status (and, for ``waiting_for_approval``, any write to a run that
-    waits); ``changed_at`` is the ``updated_at`` of the latest."""
+    counting the runs. A status's count is the sum of its column over the rows: one row
+    per slot (on PostgreSQL a run's slot is the last byte of its id, mod 16, so that
+    transitions of different runs seldom wait on one row, and a transaction that writes
+    one run updates one row; SQLite has one). ``waiting_changes`` counts the writes that
+    moved a run into or out of ``waiting_for_approval`` or wrote a run that waits;
+    ``waiting_changed_at`` is the ``updated_at`` of the latest."""
 
     __tablename__ = "run_tallies"
 
-    status: Mapped[str] = mapped_column(String(32), primary_key=True)
-    slot: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
-    runs: Mapped[int] = mapped_column(BigInteger)
-    changes: Mapped[int] = mapped_column(BigInteger)
-    changed_at: Mapped[datetime | None]
+    slot: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    queued: Mapped[int] = mapped_column(BigInteger)
+    running: Mapped[int] = mapped_column(BigInteger)
+    waiting_for_approval: Mapped[int] = mapped_column(BigInteger)
+    completed: Mapped[int] = mapped_column(BigInteger)
+    failed: Mapped[int] = mapped_column(BigInteger)
+    cancelled: Mapped[int] = mapped_column(BigInteger)
+    waiting_changes: Mapped[int] = mapped_column(BigInteger)
+    waiting_changed_at: Mapped[datetime | None]
 
 
 class RunEventRow(Base):

@@ -30,45 +30,72 @@ depends_on: str | Sequence[str] | None = None
 
 WAITING = "status = 'waiting_for_approval'"
 GIVEN_UP = "due_at IS NULL AND delivered_at IS NULL"
+STATUSES = ("queued", "running", "waiting_for_approval", "completed", "failed", "cancelled")
+"""The statuses at this revision, each a column of ``run_tallies``."""
+SLOTS = 16
+"""Rows of ``run_tallies`` on PostgreSQL (one on SQLite)."""
+PG_SLOT = "get_byte(uuid_send({}), 15) % 16"
 
-# The upsert of one tally row (PostgreSQL): rows are always taken in (status, slot)
-# order, so two transitions never wait on each other's rows in a cycle.
-_PG_UPSERT = """
-    ON CONFLICT (status, slot) DO UPDATE SET runs = t.runs + excluded.runs,
-        changes = t.changes + excluded.changes,
-        changed_at = greatest(t.changed_at, excluded.changed_at)
-"""
-_PG_SLOT = "get_byte(uuid_send({}), 15) % 16"
+# One row per slot, a column per status: a transaction that writes one run updates one
+# row (its run's slot's), however many statements it makes, so two transactions never
+# wait on each other's tally rows in a cycle; one that writes many (a purge's batch, an
+# insert of many) takes the rows in slot order, in one statement.
+
+
+def _moved(old: str | None, new: str | None) -> str:
+    """SET clauses adding one run of ``new`` and taking one of ``old`` away (status
+    expressions, e.g. ``OLD.status``), and counting a change of the waiting queue."""
+
+    def d(status: str) -> str:
+        plus = f" + ({new} = '{status}')::int" if new else ""
+        minus = f" - ({old} = '{status}')::int" if old else ""
+        return f"{status} = {status}{plus}{minus}"
+
+    touches = " OR ".join(f"{e} = 'waiting_for_approval'" for e in (old, new) if e)
+    return ", ".join(
+        [*(d(s) for s in STATUSES), f"waiting_changes = waiting_changes + ({touches})::int"]
+    )
+
+
+def _sums(source: str, sign: str) -> str:
+    """Per slot, the runs of ``source`` per status (times ``sign``) and their waiting ones'
+    latest ``updated_at``, ordered by slot."""
+    counts = ", ".join(f"{sign}count(*) FILTER (WHERE status = '{s}') AS {s}" for s in STATUSES)
+    return (
+        f"SELECT {PG_SLOT.format('id')} AS slot, {counts},"
+        " max(updated_at) FILTER (WHERE " + WAITING + ") AS waiting_at,"
+        " count(*) FILTER (WHERE " + WAITING + ") AS waiting_changes"
+        f" FROM {source} GROUP BY 1 ORDER BY 1"
+    )
+
+
+def _pg_many(name: str, source: str, sign: str) -> str:
+    sets = ", ".join(f"{s} = {s} + d.{s}" for s in STATUSES)
+    return f"""
+    CREATE FUNCTION airlock_tally_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE d record;
+    BEGIN
+        FOR d IN {_sums(source, sign)} LOOP
+            UPDATE run_tallies SET {sets},
+                waiting_changes = waiting_changes + d.waiting_changes,
+                waiting_changed_at = greatest(waiting_changed_at, d.waiting_at)
+            WHERE slot = d.slot;
+        END LOOP;
+        RETURN NULL;
+    END $$
+    """
+
 
 PG_TRIGGERS = [
-    f"""
-    CREATE FUNCTION airlock_tally_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO run_tallies AS t (status, slot, runs, changes, changed_at)
-        SELECT status, {_PG_SLOT.format("id")}, count(*), count(*), max(updated_at)
-        FROM inserted GROUP BY 1, 2 ORDER BY 1, 2
-        {_PG_UPSERT};
-        RETURN NULL;
-    END $$
-    """,
-    f"""
-    CREATE FUNCTION airlock_tally_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO run_tallies AS t (status, slot, runs, changes, changed_at)
-        SELECT status, {_PG_SLOT.format("id")}, -count(*), count(*), NULL::timestamptz
-        FROM deleted GROUP BY 1, 2 ORDER BY 1, 2
-        {_PG_UPSERT};
-        RETURN NULL;
-    END $$
-    """,
+    _pg_many("inserted", "inserted", ""),
+    _pg_many("deleted", "deleted", "-"),
     f"""
     CREATE FUNCTION airlock_tally_updated() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        INSERT INTO run_tallies AS t (status, slot, runs, changes, changed_at)
-        SELECT v.status, {_PG_SLOT.format("NEW.id")}, sum(v.d), 1, NEW.updated_at
-        FROM (VALUES (OLD.status, -1), (NEW.status, 1)) AS v(status, d)
-        GROUP BY v.status ORDER BY v.status
-        {_PG_UPSERT};
+        UPDATE run_tallies SET {_moved("OLD.status", "NEW.status")},
+            waiting_changed_at = CASE WHEN OLD.{WAITING} OR NEW.{WAITING}
+                THEN greatest(waiting_changed_at, NEW.updated_at) ELSE waiting_changed_at END
+        WHERE slot = {PG_SLOT.format("NEW.id")};
         RETURN NULL;
     END $$
     """,
@@ -89,66 +116,66 @@ PG_TRIGGERS = [
     """,
 ]
 
-_SQLITE_UPSERT = """
-    ON CONFLICT (status, slot) DO UPDATE SET runs = runs + excluded.runs,
-        changes = changes + 1,
-        changed_at = max(coalesce(changed_at, excluded.changed_at), excluded.changed_at);
-"""
 
-
-def _sqlite_add(status: str, runs: int) -> str:
-    return (
-        "INSERT INTO run_tallies (status, slot, runs, changes, changed_at) "
-        f"VALUES ({status}, 0, {runs}, 1, NEW.updated_at) {_SQLITE_UPSERT}"
-    )
+def _sqlite(name: str, old: str | None, new: str | None, when: str = "") -> str:
+    moved = _moved(old, new).replace("::int", "")
+    at = "NEW.updated_at" if new else "NULL"
+    waiting = f"max(coalesce(waiting_changed_at, {at}), {at})" if new else "waiting_changed_at"
+    event = {"inserted": "INSERT", "deleted": "DELETE", "updated": "UPDATE"}[name]
+    return f"""
+    CREATE TRIGGER run_tallies_{name} AFTER {event} ON agent_runs {when} BEGIN
+        UPDATE run_tallies SET {moved},
+            waiting_changed_at = CASE WHEN {new or old} = 'waiting_for_approval'
+                OR {old or new} = 'waiting_for_approval' THEN {waiting}
+                ELSE waiting_changed_at END
+        WHERE slot = 0;
+    END
+    """
 
 
 SQLITE_TRIGGERS = [
-    f"""
-    CREATE TRIGGER run_tallies_inserted AFTER INSERT ON agent_runs BEGIN
-        {_sqlite_add("NEW.status", 1)}
-    END
-    """,
-    """
-    CREATE TRIGGER run_tallies_deleted AFTER DELETE ON agent_runs BEGIN
-        UPDATE run_tallies SET runs = runs - 1, changes = changes + 1
-        WHERE status = OLD.status AND slot = 0;
-    END
-    """,
-    f"""
-    CREATE TRIGGER run_tallies_updated AFTER UPDATE ON agent_runs
-    WHEN OLD.status IS NOT NEW.status OR NEW.{WAITING} BEGIN
-        {_sqlite_add("OLD.status", -1)}
-        {_sqlite_add("NEW.status", 1)}
-    END
-    """,
+    _sqlite("inserted", None, "NEW.status"),
+    _sqlite("deleted", "OLD.status", None),
+    _sqlite(
+        "updated", "OLD.status", "NEW.status", f"WHEN OLD.status IS NOT NEW.status OR NEW.{WAITING}"
+    ),
 ]
-# (on SQLite, a run that stays waiting adds 1 and takes 1 away from the same row)
 
-RECOUNT = """
-    INSERT INTO run_tallies (status, slot, runs, changes, changed_at)
-    SELECT status, {slot}, count(*), count(*), max(updated_at) FROM agent_runs GROUP BY 1, 2
-"""
+
+def recount(postgres: bool) -> list[str]:
+    """The statements that set every slot's tallies to the runs counted (each slot's
+    ``waiting_changes`` goes on, one more)."""
+    slot = PG_SLOT.format("id") if postgres else "0"
+    zero = ", ".join(f"{s} = 0" for s in STATUSES)
+    counts = ", ".join(f"sum(CASE WHEN status = '{s}' THEN 1 ELSE 0 END) AS {s}" for s in STATUSES)
+    sets = ", ".join(f"{s} = c.{s}" for s in STATUSES)
+    return [
+        f"UPDATE run_tallies SET {zero}, waiting_changes = waiting_changes + 1",
+        f"UPDATE run_tallies SET {sets}, waiting_changed_at = c.waiting_at"
+        f" FROM (SELECT {slot} AS slot, {counts}, max(CASE WHEN {WAITING} THEN updated_at END)"
+        " AS waiting_at FROM agent_runs GROUP BY 1) AS c WHERE run_tallies.slot = c.slot",
+    ]
 
 
 def upgrade() -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
     op.create_table(
         "run_tallies",
-        sa.Column("status", sa.String(length=32), nullable=False),
-        sa.Column("slot", sa.SmallInteger(), nullable=False),
-        sa.Column("runs", sa.BigInteger(), nullable=False),
-        sa.Column("changes", sa.BigInteger(), nullable=False),
-        sa.Column("changed_at", sa.DateTime(timezone=True), nullable=True),
-        sa.PrimaryKeyConstraint("status", "slot", name=op.f("pk_run_tallies")),
+        sa.Column("slot", sa.SmallInteger(), autoincrement=False, nullable=False),
+        *(sa.Column(s, sa.BigInteger(), nullable=False) for s in STATUSES),
+        sa.Column("waiting_changes", sa.BigInteger(), nullable=False),
+        sa.Column("waiting_changed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("slot", name=op.f("pk_run_tallies")),
     )
+    zeros = ", ".join("0" for _ in STATUSES)
+    for slot in range(SLOTS if postgres else 1):
+        op.execute(f"INSERT INTO run_tallies VALUES ({slot}, {zeros}, 0, NULL)")
     if postgres:
         # writers wait until this commits: the recount sees every run, and every later
         # write is counted by the triggers
         op.execute("LOCK TABLE agent_runs IN SHARE ROW EXCLUSIVE MODE")
-    for statement in PG_TRIGGERS if postgres else SQLITE_TRIGGERS:
+    for statement in [*(PG_TRIGGERS if postgres else SQLITE_TRIGGERS), *recount(postgres)]:
         op.execute(statement)
-    op.execute(RECOUNT.format(slot=_PG_SLOT.format("id") if postgres else "0"))
     _indexes(postgres)
 
 

@@ -18,6 +18,8 @@ SLOT = {
 }
 """A run's slot, as the triggers compute it (the last byte of its id, mod 16)."""
 
+WAITING = RunStatus.WAITING_FOR_APPROVAL.value
+
 
 class Tallies:
     def __init__(self, ctx: Context) -> None:
@@ -25,20 +27,18 @@ class Tallies:
 
     def by_status(self) -> dict[RunStatus, int]:
         """How many runs have each status (every status, 0 where none)."""
-        query = select(TALLIES.c.status, func.sum(TALLIES.c.runs)).group_by(TALLIES.c.status)
+        query = select(*(func.coalesce(func.sum(TALLIES.c[s.value]), 0) for s in RunStatus))
         with self._ctx.conns.one() as s:
-            rows = s.execute(query).all()
-        counts = dict.fromkeys(RunStatus, 0)
-        counts.update({RunStatus(status): int(n) for status, n in rows if n})
-        return counts
+            row = s.execute(query).one()
+        return {status: int(n) for status, n in zip(RunStatus, row, strict=True)}
 
     def waiting_mark(self) -> WaitingMark:
-        """The waiting queue's mark (``WaitingMark``): its slots' rows, in one statement."""
+        """The waiting queue's mark (``WaitingMark``): the slots' rows, in one statement."""
         query = select(
-            func.coalesce(func.sum(TALLIES.c.runs), 0),
-            func.max(TALLIES.c.changed_at),
-            func.coalesce(func.sum(TALLIES.c.changes), 0),
-        ).where(TALLIES.c.status == RunStatus.WAITING_FOR_APPROVAL.value)
+            func.coalesce(func.sum(TALLIES.c[WAITING]), 0),
+            func.max(TALLIES.c.waiting_changed_at),
+            func.coalesce(func.sum(TALLIES.c.waiting_changes), 0),
+        )
         with self._ctx.conns.one() as s:
             count, changed, changes = s.execute(query).one()
         if changed is not None and changed.tzinfo is None:
@@ -47,22 +47,29 @@ class Tallies:
 
     def recount(self) -> None:
         """Count the runs again and set the tallies to it (a repair: the triggers keep
-        them exact). Writers of runs wait until it commits; each row's ``changes`` goes
-        on from where it was, so the queue's mark changes."""
+        them exact). Writers of runs wait until it commits; ``waiting_changes`` goes on,
+        so the queue's mark changes."""
         postgres = self._ctx.conns.postgres
         slot = SLOT["postgresql" if postgres else "sqlite"]
-        counted = (
-            f"SELECT status, {slot} AS slot, count(*) AS runs, max(updated_at) AS changed_at"
-            f" FROM {RUNS.name} GROUP BY 1, 2"
+        statuses = [s.value for s in RunStatus]
+        counts = ", ".join(
+            f"sum(CASE WHEN status = '{s}' THEN 1 ELSE 0 END) AS {s}" for s in statuses
         )
         with self._ctx.conns.tx() as s:
             if postgres:
                 s.execute(text(f"LOCK TABLE {RUNS.name} IN SHARE ROW EXCLUSIVE MODE"))
-            s.execute(TALLIES.update().values(runs=0, changes=TALLIES.c.changes + 1))
+            s.execute(
+                TALLIES.update().values(
+                    {TALLIES.c[v]: 0 for v in statuses}
+                    | {TALLIES.c.waiting_changes: TALLIES.c.waiting_changes + 1}
+                )
+            )
+            sets = ", ".join(f"{v} = c.{v}" for v in statuses)
             s.execute(
                 text(
-                    "INSERT INTO run_tallies (status, slot, runs, changes, changed_at)"
-                    f" SELECT status, slot, runs, 1, changed_at FROM ({counted}) AS counted"
-                    " WHERE true ON CONFLICT (status, slot) DO UPDATE SET runs = excluded.runs"
+                    f"UPDATE run_tallies SET {sets}, waiting_changed_at = c.waiting_at FROM"
+                    f" (SELECT {slot} AS slot, {counts}, max(CASE WHEN status = '{WAITING}'"
+                    f" THEN updated_at END) AS waiting_at FROM {RUNS.name} GROUP BY 1) AS c"
+                    " WHERE run_tallies.slot = c.slot"
                 )
             )

@@ -119,7 +119,7 @@ def test_a_recount_repairs_the_tallies(repo: RunStore) -> None:
     waiting_run(repo)
     mark = repo.queries.waiting_mark()
     with repo.engine.begin() as conn:
-        conn.execute(text("UPDATE run_tallies SET runs = runs + 7"))
+        conn.execute(text("UPDATE run_tallies SET queued = queued + 7, failed = failed - 1"))
     assert repo.queries.count_by_status() != counted(repo.engine)
     repo.tallies.recount()
     assert exact(repo)[RunStatus.WAITING_FOR_APPROVAL] == 1
@@ -175,48 +175,68 @@ def same_slot_ids() -> tuple[uuid.UUID, uuid.UUID]:
             return a, b
 
 
-def test_two_transitions_committing_at_once_lose_no_count(pg_engine: Engine) -> None:
-    """Two runs of one tally row each move queued -> running in its own transaction:
-    the second's UPDATE waits on the row the first's trigger holds, and adds to what the
-    first committed (neither count is lost)."""
-    repo = RunStore(pg_engine)
+def interleave(engine: Engine, firsts: list[str], second: str, statuses: list[str]) -> None:
+    """Runs of one tally row, with ``statuses``: the first's transaction moves the first
+    run to each of ``firsts`` in turn, the second's moves the second run to ``second``,
+    begun after the first's first move and seen waiting on it, committed after it."""
     ids = same_slot_ids()
     at = datetime.now(UTC)
-    with pg_engine.begin() as conn:  # two runs queued with the chosen ids
-        for rid in ids:
+    with engine.begin() as conn:
+        for rid, status in zip(ids, statuses, strict=True):
             conn.execute(sa.insert(RUNS).values(
-                id=rid, agent="mailer", status="queued", input="x", metadata={}, iterations=0,
+                id=rid, agent="mailer", status=status, input="x", metadata={}, iterations=0,
                 prompt_tokens=0, completion_tokens=0, attempts=0, event_seq=0, version=1,
                 created_at=at, updated_at=at))  # fmt: skip
-    assert exact(repo)[RunStatus.QUEUED] == 2
-    move = sa.update(RUNS).values(status="running", updated_at=at)
-    first, second = pg_engine.connect(), pg_engine.connect()
+    move = sa.update(RUNS).values(updated_at=at)
+    first, other = engine.connect(), engine.connect()
     try:
         first.begin()
-        first.execute(move.where(RUNS.c.id == ids[0]))  # holds the tally rows
-        second_pid = second.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        second.commit()  # the next statement begins its transaction
+        first.execute(move.where(RUNS.c.id == ids[0]).values(status=firsts[0]))
+        other_pid = other.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        other.commit()  # the next statement begins its transaction
         done = threading.Event()
 
         def run_second() -> None:
-            second.execute(move.where(RUNS.c.id == ids[1]))
-            second.commit()
+            other.execute(move.where(RUNS.c.id == ids[1]).values(status=second))
+            other.commit()
             done.set()
 
         worker = threading.Thread(target=run_second)
         worker.start()
-        waiting = text("SELECT count(*) FROM pg_locks WHERE pid = :pid AND NOT granted").bindparams(
-            pid=second_pid
-        )
-        with pg_engine.connect() as probe:
+        waiting = text("SELECT count(*) FROM pg_locks WHERE pid = :pid AND NOT granted")
+        with engine.connect() as probe:
             wait_for("the second transition to wait on the tally row",
-                     lambda: probe.execute(waiting).scalar_one() > 0, timeout=10)  # fmt: skip
+                     lambda: probe.execute(waiting, {"pid": other_pid}).scalar_one() > 0,
+                     timeout=10)  # fmt: skip
+        for status in firsts[1:]:  # no deadlock: the second holds no tally row
+            first.execute(move.where(RUNS.c.id == ids[0]).values(status=status))
         assert not done.is_set()
         first.commit()
         worker.join(10)
         assert done.is_set()
     finally:
         first.close()
-        second.close()
+        other.close()
+
+
+def test_two_transitions_committing_at_once_lose_no_count(pg_engine: Engine) -> None:
+    """Two runs of one tally row each move queued -> running in its own transaction:
+    the second's UPDATE waits on the row the first's trigger holds, and adds to what the
+    first committed (neither count is lost)."""
+    repo = RunStore(pg_engine)
+    interleave(pg_engine, ["running"], "running", ["queued", "queued"])
     tallied = exact(repo)
     assert tallied[RunStatus.RUNNING] == 2 and tallied[RunStatus.QUEUED] == 0
+
+
+def test_a_transaction_that_moves_its_run_twice_waits_on_no_one(pg_engine: Engine) -> None:
+    """As a suspension that standing grants release: running -> waiting -> queued in one
+    transaction, while a decision moves another run of the same tally row waiting ->
+    queued. Each holds one tally row (its run's slot's) however many statements it makes,
+    so neither waits on the other in a cycle (with a row per status, the first would
+    hold 'waiting' and want 'queued', the second hold 'queued' and want 'waiting')."""
+    repo = RunStore(pg_engine)
+    statuses = ["running", "waiting_for_approval"]
+    interleave(pg_engine, ["waiting_for_approval", "queued"], "queued", statuses)
+    tallied = exact(repo)
+    assert tallied[RunStatus.QUEUED] == 2 and tallied[RunStatus.WAITING_FOR_APPROVAL] == 0
