@@ -98,16 +98,17 @@ NAMING = {
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
+WAITING = "'waiting_for_approval'"
+_GIVEN_UP = "due_at IS NULL AND delivered_at IS NULL"  # an outbox row settled undelivered
+
+
 def _partial(name: str, *columns: str, status: str) -> Index:
     where = text(f"status {'IN' if status.startswith('(') else '='} {status}")
     return Index(name, *columns, postgresql_where=where, sqlite_where=where)
 
 
 ONLY_MIGRATED = frozenset({"ix_agent_runs_waiting_search"})
-"""What migrations build that the models do not describe: on PostgreSQL, a trigram
-index (``pg_trgm``) of the waiting runs' metadata text, which the inbox's search
-(``?q=``) reads instead of every waiting run (migration 0011; SQLite has none, and
-cannot compare an expression index). Comparisons of the schema with the models skip it."""
+"""Built by migration 0011, not here: PostgreSQL's trigram index for the inbox's search."""
 
 
 def compared(name: str | None, type_: str, parent_names: object) -> bool:
@@ -161,11 +162,9 @@ class AgentRun(Base):
         # Partial indexes: a row is in one only while it has that status, so a
         # transition touches few index entries and each index stays small.
         _partial("ix_agent_runs_queued", "updated_at", status="'queued'"),
-        _partial("ix_agent_runs_waiting", "expires_at", status="'waiting_for_approval'"),
-        _partial("ix_agent_runs_waiting_since", "suspended_at", status="'waiting_for_approval'"),
-        _partial(
-            "ix_agent_runs_waiting_created", "created_at", "id", status="'waiting_for_approval'"
-        ),
+        _partial("ix_agent_runs_waiting", "expires_at", status=WAITING),
+        _partial("ix_agent_runs_waiting_since", "suspended_at", status=WAITING),
+        _partial("ix_agent_runs_waiting_created", "created_at", "id", status=WAITING),
         _partial("ix_agent_runs_leases", "lease_expires_at", status="'running'"),
         _partial(
             "ix_agent_runs_finished", "updated_at", status="('completed', 'failed', 'cancelled')"
@@ -178,14 +177,11 @@ class AgentRun(Base):
 
 
 class RunTallyRow(Base):
-    """Runs per status, kept by triggers on ``agent_runs`` (migration 0011) in the
-    transaction of every write: what ``stats`` and the queue's mark read instead of
-    counting the runs. A status's count is the sum of its column over the rows: one row
-    per slot (on PostgreSQL a run's slot is the last byte of its id, mod 16, so that
-    transitions of different runs seldom wait on one row, and a transaction that writes
-    one run updates one row; SQLite has one). ``waiting_changes`` counts the writes that
-    moved a run into or out of ``waiting_for_approval`` or wrote a run that waits;
-    ``waiting_changed_at`` is the ``updated_at`` of the latest."""
+    """Runs per status (a column each), kept by triggers on ``agent_runs`` in the
+    transaction of every write (migration 0011, which says how): what ``stats`` and the
+    queue's mark read. One row per slot (16 on PostgreSQL, one on SQLite); a status's
+    count is the sum of its column. ``waiting_changes`` counts the writes into, out of or
+    of a waiting run; ``waiting_changed_at`` is the latest one's ``updated_at``."""
 
     __tablename__ = "run_tallies"
 
@@ -296,10 +292,6 @@ class ApprovalRow(Base):
     __table_args__ = (UniqueConstraint("run_id", "turn_digest", "identity"),)
 
 
-GIVEN_UP = "due_at IS NULL AND delivered_at IS NULL"
-"""An outbox row settled without a delivery."""
-
-
 class OutboxRow(Base):
     """An outbound notification, written by the transition that causes it and delivered
     (and retried) by workers: a wake-up that is lost, or a worker that dies mid-delivery,
@@ -326,8 +318,8 @@ class OutboxRow(Base):
         # the claim's order (due first, then the oldest), and the given-up ones' count
         Index("ix_outbox_due", "due_at", "id", postgresql_where=text("due_at IS NOT NULL"),
               sqlite_where=text("due_at IS NOT NULL")),
-        Index("ix_outbox_given_up", "id", postgresql_where=text(GIVEN_UP),
-              sqlite_where=text(GIVEN_UP)),
+        Index("ix_outbox_given_up", "id", postgresql_where=text(_GIVEN_UP),
+              sqlite_where=text(_GIVEN_UP)),
     )  # fmt: skip
 
 
