@@ -11,9 +11,9 @@ transport): W1 runs are started and parked, then resumed one after another (the
 decision recorded, then the resumed segment run to completion), with no queue stream
 open and then with one open (a thread reading the queue's mark every ``TICK`` as the
 API's hub does for every open ``/v1/approvals/stream`` or ``/inbox/stream``), in
-alternating rounds. Also
-timed: the sweeper's tick and the expiry's, the queue's first page, a search that finds
-a few runs and one that finds none, what a ``/metrics`` scrape reads, what ``airlock
+alternating rounds. Also timed: the sweeper's tick and the expiry's, the queue's first
+page, searches (of text a few runs hold, none, many, and two letters none holds: too
+short for trigrams, the worst case), what a ``/metrics`` scrape reads, what ``airlock
 stats`` reads, and for comparison the reads these replaced (counting the runs). Prints
 the figures against the targets and appends them, with the command, to
 bench/results/parked.jsonl.
@@ -213,6 +213,8 @@ def measure(service: Service, engine: Engine, resumes: int) -> dict[str, Any]:
         "queue_first_page_ms": timed_ms(lambda: first_page(reads)),
         "search_ms": timed_ms(lambda: first_page(reads, SEARCH_HIT)),
         "search_none_ms": timed_ms(lambda: first_page(reads, "no-such-text")),
+        "search_common_ms": timed_ms(lambda: first_page(reads, "team-4")),
+        "search_short_ms": timed_ms(lambda: first_page(reads, "zq")),
         "metrics_ms": timed_ms(lambda: service.stats(finished_within=())),
         "stats_ms": timed_ms(service.stats),
     }
