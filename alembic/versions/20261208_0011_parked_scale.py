@@ -1,10 +1,12 @@
 """Parked runs at scale (issue 46): what `airlock stats`, `/metrics` and the queue's
 stream read costs what changed, not what waits.
 
-- ``run_tallies``: runs per status (in slots, so that transitions of different runs
-  seldom wait on one row), and per status a count of changes and the time of the
-  latest, kept by triggers on ``agent_runs`` in the transaction of every write (every
-  writer goes through them), and recounted here from the runs already stored;
+- ``run_tallies``: runs per status (a column each, one row per slot: 16 on PostgreSQL,
+  where a run's slot is the last byte of its id mod 16, so that transitions of
+  different runs seldom wait on one row; one on SQLite), and the count and latest time
+  of the writes to the waiting queue, kept by triggers on ``agent_runs`` in the
+  transaction of every write (every writer goes through them), and recounted here from
+  the runs already stored;
 - indexes that serve each listing: waiting runs by ``suspended_at`` (the oldest) and by
   ``(created_at, id)`` (the queue's pages), the outbox's due rows by ``(due_at, id)``
   (the claim's order) and its given-up rows;
