@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from airlock.persistence.db import make_engine
 from airlock.persistence.migrate import MIGRATION_LOCK
-from airlock.persistence.models import Base
+from airlock.persistence.models import Base, compared
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -24,6 +24,7 @@ def run(connection: Connection) -> None:
         target_metadata=Base.metadata,
         render_as_batch=sqlite,
         compare_type=True,
+        include_name=compared,
     )
     if not sqlite or connection.in_transaction():
         with context.begin_transaction():

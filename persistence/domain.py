@@ -122,14 +122,13 @@ class StreamHead:
 
 @dataclass(frozen=True, slots=True)
 class WaitingMark:
-    """A mark of the waiting queue that changes whenever a run enters or leaves it: how
-    many wait, the latest change of one of them, and the sum of their event numbers
-    (every transition appends an event, so a run that leaves and comes back counts
-    more)."""
+    """A mark of the waiting queue that changes whenever a run enters or leaves it, or a
+    waiting run is written: how many wait, the time of the latest such write, and how
+    many there were (kept by the transitions: reading it reads no run)."""
 
     count: int
     changed_at: datetime | None
-    events: int
+    changes: int
 
 
 @dataclass(frozen=True, slots=True)

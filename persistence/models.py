@@ -15,6 +15,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -97,9 +98,22 @@ NAMING = {
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-def _partial(name: str, column: str, *, status: str) -> Index:
+WAITING = "'waiting_for_approval'"
+_GIVEN_UP = "due_at IS NULL AND delivered_at IS NULL"  # an outbox row settled undelivered
+
+
+def _partial(name: str, *columns: str, status: str) -> Index:
     where = text(f"status {'IN' if status.startswith('(') else '='} {status}")
-    return Index(name, column, postgresql_where=where, sqlite_where=where)
+    return Index(name, *columns, postgresql_where=where, sqlite_where=where)
+
+
+ONLY_MIGRATED = frozenset({"ix_agent_runs_waiting_search"})
+"""Built by migration 0011, not here: PostgreSQL's trigram index for the inbox's search."""
+
+
+def compared(name: str | None, type_: str, parent_names: object) -> bool:
+    """Alembic's ``include_name`` hook: everything but ``ONLY_MIGRATED``."""
+    return not (type_ == "index" and name in ONLY_MIGRATED)
 
 
 class Base(DeclarativeBase):
@@ -148,7 +162,9 @@ class AgentRun(Base):
         # Partial indexes: a row is in one only while it has that status, so a
         # transition touches few index entries and each index stays small.
         _partial("ix_agent_runs_queued", "updated_at", status="'queued'"),
-        _partial("ix_agent_runs_waiting", "expires_at", status="'waiting_for_approval'"),
+        _partial("ix_agent_runs_waiting", "expires_at", status=WAITING),
+        _partial("ix_agent_runs_waiting_since", "suspended_at", status=WAITING),
+        _partial("ix_agent_runs_waiting_created", "created_at", "id", status=WAITING),
         _partial("ix_agent_runs_leases", "lease_expires_at", status="'running'"),
         _partial(
             "ix_agent_runs_finished", "updated_at", status="('completed', 'failed', 'cancelled')"
@@ -158,6 +174,26 @@ class AgentRun(Base):
         Index("ix_agent_runs_agent_created_at_id", "agent", "created_at", "id"),
         UniqueConstraint("caller", "idempotency_key"),
     )
+
+
+class RunTallyRow(Base):
+    """Runs per status (a column each), kept by triggers on ``agent_runs`` in the
+    transaction of every write (migration 0011, which says how): what ``stats`` and the
+    queue's mark read. One row per slot (16 on PostgreSQL, one on SQLite); a status's
+    count is the sum of its column. ``waiting_changes`` counts the writes into, out of or
+    of a waiting run; ``waiting_changed_at`` is the latest one's ``updated_at``."""
+
+    __tablename__ = "run_tallies"
+
+    slot: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    queued: Mapped[int] = mapped_column(BigInteger)
+    running: Mapped[int] = mapped_column(BigInteger)
+    waiting_for_approval: Mapped[int] = mapped_column(BigInteger)
+    completed: Mapped[int] = mapped_column(BigInteger)
+    failed: Mapped[int] = mapped_column(BigInteger)
+    cancelled: Mapped[int] = mapped_column(BigInteger)
+    waiting_changes: Mapped[int] = mapped_column(BigInteger)
+    waiting_changed_at: Mapped[datetime | None]
 
 
 class RunEventRow(Base):
@@ -279,8 +315,11 @@ class OutboxRow(Base):
     delivered_at: Mapped[datetime | None]
 
     __table_args__ = (
-        Index("ix_outbox_due", "due_at", postgresql_where=text("due_at IS NOT NULL"),
+        # the claim's order (due first, then the oldest), and the given-up ones' count
+        Index("ix_outbox_due", "due_at", "id", postgresql_where=text("due_at IS NOT NULL"),
               sqlite_where=text("due_at IS NOT NULL")),
+        Index("ix_outbox_given_up", "id", postgresql_where=text(_GIVEN_UP),
+              sqlite_where=text(_GIVEN_UP)),
     )  # fmt: skip
 
 

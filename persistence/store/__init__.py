@@ -6,6 +6,7 @@
 - ``decisions``: one per suspended turn (``Decisions``);
 - ``ledger``: the tool-call ledger (``Ledger``);
 - ``queries``: reads across runs (``Queries``);
+- ``tallies``: runs per status, kept by the database's triggers (``Tallies``);
 - ``retention``: purge (``Retention``);
 - ``outbox``: outbound notifications (``OutboxStore``);
 - ``sessions``: the inbox's sign-ins (``SessionStore``);
@@ -46,6 +47,7 @@ from airlock.persistence.store.retention import Retention
 from airlock.persistence.store.retry import RetryPolicy, is_transient
 from airlock.persistence.store.runs import Runs
 from airlock.persistence.store.sessions import SessionStore, StoredSession
+from airlock.persistence.store.tallies import Tallies
 from airlock.persistence.store.throttle import SignInThrottle, Slot
 from airlock.persistence.store.transitions import Transitions
 
@@ -89,7 +91,8 @@ class RunStore:
         self.events = Events(ctx, self.runs)
         self.decisions = Decisions(ctx)
         self.ledger = Ledger(ctx, self.events)
-        self.queries = Queries(ctx, self.runs)
+        self.tallies = Tallies(ctx)
+        self.queries = Queries(ctx, self.runs, self.tallies)
         self.retention = Retention(ctx)
         self.outbox = OutboxStore(ctx)
         self.sessions = SessionStore(ctx)

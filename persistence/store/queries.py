@@ -9,22 +9,25 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, or_, select
+from sqlalchemy import ColumnElement, Connection, Select, Text, and_, cast, func, or_, select
 
 from airlock.persistence.domain import TERMINAL, Page, Run, RunStatus, WaitingMark
 from airlock.persistence.store import sql
 from airlock.persistence.store.common import BadCursorError
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.runs import Runs
+from airlock.persistence.store.tallies import Tallies
 
 RUNS = sql.RUNS
 
 
 class Queries:
-    def __init__(self, ctx: Context, runs: Runs) -> None:
+    def __init__(self, ctx: Context, runs: Runs, tallies: Tallies) -> None:
         self._ctx = ctx
         self._runs = runs
+        self._tallies = tallies
 
     def list_runs(
         self,
@@ -40,40 +43,58 @@ class Queries:
         """Newest first (or oldest first), keyset-paginated on (created_at, id).
         ``statuses``: any of these; ``metadata_contains``: text found in the metadata's
         JSON, ignoring case."""
-        query = sql.run_select()
-        if status is not None:
-            query = query.where(RUNS.c.status == status.value)
-        if statuses:
-            query = query.where(RUNS.c.status.in_([s.value for s in statuses]))
         if agent is not None and "\x00" in agent:  # no agent's name (no PostgreSQL text)
             return Page((), None)
+        conditions: list[ColumnElement[bool]] = []
+        if status is not None:
+            conditions.append(RUNS.c.status == status.value)
+        if statuses:
+            conditions.append(RUNS.c.status.in_([s.value for s in statuses]))
         if agent is not None:
-            query = query.where(RUNS.c.agent == agent)
-        if metadata_contains:
-            query = query.where(_metadata_holds(metadata_contains))
+            conditions.append(RUNS.c.agent == agent)
         if cursor is not None:
-            created, rid = decode_cursor(cursor)
-            if oldest_first:
-                after = or_(
-                    RUNS.c.created_at > created,
-                    and_(RUNS.c.created_at == created, RUNS.c.id > rid),
-                )
-            else:
-                after = or_(
-                    RUNS.c.created_at < created,
-                    and_(RUNS.c.created_at == created, RUNS.c.id < rid),
-                )
-            query = query.where(after)
-        if oldest_first:
-            query = query.order_by(RUNS.c.created_at, RUNS.c.id)
-        else:
-            query = query.order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc())
-        query = query.limit(limit + 1)
+            conditions.append(_after(*decode_cursor(cursor), oldest_first=oldest_first))
+        order = _order(RUNS.c.created_at, RUNS.c.id, oldest_first=oldest_first)
+        query = sql.run_select().where(*conditions).order_by(*order).limit(limit + 1)
         with self._ctx.conns.one() as s:
+            if metadata_contains:
+                found = self._found_early(s, conditions, metadata_contains, limit, oldest_first)
+                query = query.where(
+                    RUNS.c.id.in_(found) if found else _metadata_holds(metadata_contains)
+                )
             rows = s.execute(query).all()
             runs = tuple(self._runs.opened(r._mapping) for r in rows[:limit])
         next_cursor = encode_cursor(runs[-1]) if len(rows) > limit else None
         return Page(runs, next_cursor)
+
+    def _found_early(
+        self,
+        s: Connection,
+        conditions: Sequence[ColumnElement[bool]],
+        needle: str,
+        limit: int,
+        oldest_first: bool,
+    ) -> list[uuid.UUID]:
+        """The ids of a search's page (``limit + 1`` runs), when the first ``SEARCHED_FIRST``
+        runs of the listing (in its order, through its index) hold that many: text many
+        runs hold is found there. Else none, and the page is searched for among all (on
+        PostgreSQL through the trigram index of the waiting runs' metadata, where text
+        few runs hold is found at once)."""
+        head = (
+            select(RUNS.c.id, RUNS.c.created_at, RUNS.c["metadata"])
+            .where(*conditions)
+            .order_by(*_order(RUNS.c.created_at, RUNS.c.id, oldest_first=oldest_first))
+            .limit(SEARCHED_FIRST)
+            .subquery()
+        )
+        found = (
+            select(head.c.id)
+            .where(_metadata_holds(needle, head.c["metadata"]))
+            .order_by(*_order(head.c.created_at, head.c.id, oldest_first=oldest_first))
+            .limit(limit + 1)
+        )
+        ids = list(s.scalars(found).all())
+        return ids if len(ids) > limit else []
 
     def _ids(self, query: Select[tuple[uuid.UUID]]) -> list[str]:
         with self._ctx.conns.one() as s:
@@ -123,6 +144,7 @@ class Queries:
         return int(count or 0)
 
     def oldest_waiting(self) -> datetime | None:
+        """The earliest ``suspended_at`` of a waiting run (``ix_agent_runs_waiting_since``)."""
         with self._ctx.conns.one() as s:
             value: datetime | None = s.scalar(
                 select(func.min(RUNS.c.suspended_at)).where(
@@ -134,29 +156,38 @@ class Queries:
         return value
 
     def waiting_mark(self) -> WaitingMark:
-        """The waiting queue's mark (``WaitingMark``), in one statement."""
-        query = select(
-            func.count(), func.max(RUNS.c.updated_at), func.coalesce(func.sum(RUNS.c.event_seq), 0)
-        ).where(RUNS.c.status == RunStatus.WAITING_FOR_APPROVAL.value)
-        with self._ctx.conns.one() as s:
-            count, changed, events = s.execute(query).one()
-        if changed is not None and changed.tzinfo is None:
-            changed = changed.replace(tzinfo=UTC)
-        return WaitingMark(int(count), changed, int(events))
+        """The waiting queue's mark (``WaitingMark``), read from the tallies."""
+        return self._tallies.waiting_mark()
 
     def count_by_status(self) -> dict[RunStatus, int]:
-        with self._ctx.conns.one() as s:
-            rows = s.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status)).all()
-        counts = dict.fromkeys(RunStatus, 0)
-        counts.update({RunStatus(status): int(n) for status, n in rows})
-        return counts
+        """Runs per status, read from the tallies (a few rows, whatever the runs)."""
+        return self._tallies.by_status()
 
 
-def _metadata_holds(needle: str) -> ColumnElement[bool]:
+SEARCHED_FIRST = 2000
+"""A search looks among this many runs of its listing first (see ``_found_early``)."""
+
+
+def _after(created: datetime, rid: uuid.UUID, *, oldest_first: bool) -> ColumnElement[bool]:
+    """Past a cursor at (``created``, ``rid``) in the listing's order."""
+    if oldest_first:
+        return or_(RUNS.c.created_at > created, and_(RUNS.c.created_at == created, RUNS.c.id > rid))
+    return or_(RUNS.c.created_at < created, and_(RUNS.c.created_at == created, RUNS.c.id < rid))
+
+
+def _order(
+    created: ColumnElement[Any], rid: ColumnElement[Any], *, oldest_first: bool
+) -> tuple[ColumnElement[Any], ...]:
+    return (created, rid) if oldest_first else (created.desc(), rid.desc())
+
+
+def _metadata_holds(
+    needle: str, column: ColumnElement[object] | None = None
+) -> ColumnElement[bool]:
     """The metadata's JSON text holds ``needle``, ignoring case; non-ASCII text is
     stored as ``\\u`` escapes, so it is looked for in that form too (and only in that
     form with a NUL, which no PostgreSQL text holds, so cannot be a parameter there)."""
-    text = func.lower(cast(RUNS.c["metadata"], Text))
+    text = func.lower(cast(RUNS.c["metadata"] if column is None else column, Text))
     plain = needle.lower()
     escaped = json.dumps(plain)[1:-1]
     forms = {plain, escaped} if "\x00" not in plain else {escaped}

@@ -39,6 +39,7 @@ from airlock.persistence.models import (
     InboxSessionRow,
     OutboxRow,
     RunEventRow,
+    RunTallyRow,
     SignInFailureRow,
     ToolCallRow,
     WebhookReceiptRow,
@@ -56,6 +57,7 @@ SESSIONS = cast(Table, InboxSessionRow.__table__)
 FAILURES = cast(Table, SignInFailureRow.__table__)
 BEAT_JOBS = cast(Table, BeatJobRow.__table__)
 GRANTS = cast(Table, GrantRow.__table__)
+TALLIES = cast(Table, RunTallyRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from airlock.persistence.db import make_engine
 from airlock.persistence.domain import RunStatus
@@ -146,6 +147,18 @@ def test_purge_and_stats(cli_env: dict[str, str], tmp_path: Path, service: Servi
     assert kept.returncode == 0 and "removed 0" in kept.stdout
     gone = airlock("purge", "--older-than", "0s", env=cli_env, cwd=tmp_path)
     assert "removed 1" in gone.stdout and service.store.runs.get(run.id) is None
+
+
+def test_db_recount_repairs_the_tallies(
+    cli_env: dict[str, str], tmp_path: Path, service: Service
+) -> None:
+    service.start_run("w1", "x")
+    with service.store.engine.begin() as conn:
+        conn.execute(text("UPDATE run_tallies SET queued = queued + 5 WHERE slot = 0"))
+    assert service.stats().runs[RunStatus.QUEUED] == 6
+    done = airlock("db", "recount", env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0 and "queued 1," in done.stdout, done.stdout
+    assert service.stats().runs[RunStatus.QUEUED] == 1
 
 
 def test_stats_says_when_the_sweeper_ran(

@@ -47,7 +47,9 @@ TABLES = ("agent_runs", "run_events", "tool_calls", "decisions")
 
 
 @contextmanager
-def sent_to_postgres(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
+def sent_to_postgres(
+    monkeypatch: pytest.MonkeyPatch, tables: tuple[str, ...] = TABLES
+) -> Iterator[list[tuple[str, Any]]]:
     """Every statement on Airlock's tables that psycopg sends while the block runs, with
     its parameters: those SQLAlchemy executes and those the repository sends through the
     driver alike (not a new connection's set-up)."""
@@ -55,7 +57,7 @@ def sent_to_postgres(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str
     execute = psycopg.Cursor.execute
 
     def recording(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        if any(table in str(query) for table in TABLES):
+        if any(table in str(query) for table in tables):
             sent.append((str(query), params))
         return execute(cursor, query, params, **kw)
 

@@ -12,12 +12,14 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
 from airlock.persistence.migrate import alembic_config
-from airlock.persistence.models import Base
+from airlock.persistence.models import Base, compared
 
 
 def diff(engine: Engine) -> list[object]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_name": compared}
+        )
         return list(compare_metadata(context, Base.metadata))
 
 

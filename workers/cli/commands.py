@@ -45,6 +45,14 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
     typer.echo(f"database {without_password(url)} upgraded to {revision}")
 
 
+@db_app.command("recount")
+def db_recount() -> None:
+    """Count the runs per status again and set the tallies that `airlock stats`,
+    `/metrics` and the queue's stream read (a repair: the database keeps them exact)."""
+    counts = service().recount()
+    typer.echo("recounted: " + ", ".join(f"{s.value} {n}" for s, n in counts.items()))
+
+
 @app.command(context_settings=PASSTHROUGH)
 def worker(ctx: typer.Context) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`, e.g. -l info). It

@@ -30,8 +30,9 @@ class Metrics:
 
 class _StoreCollector(Collector):
     """Read from the database, the source of truth, at most once per ``every`` seconds:
-    counting runs by status reads the whole table, and however often Prometheus (or
-    anyone: the endpoint is open) scrapes, the database counts no more often."""
+    the figures are a few statements (runs by status from the tallies the database
+    keeps, the rest through indexes), and however often Prometheus (or
+    anyone: the endpoint is open) scrapes, the database is read no more often."""
 
     def __init__(self, service: Service, every: float = 5.0) -> None:
         self._service = service

@@ -18,6 +18,7 @@ from airlock.persistence.domain import (
     ACTIVE,
     ApprovalRecord,
     Run,
+    RunStatus,
 )
 from airlock.persistence.store import (
     Clock,
@@ -333,6 +334,12 @@ class Service(Notifying):
 
     def purge(self, older_than: timedelta, *, progress: Callable[[int], None] | None = None) -> int:
         return self.store.retention.purge(older_than, progress=progress)
+
+    def recount(self) -> dict[RunStatus, int]:
+        """Count the runs per status again and set the tallies ``stats`` and the queue's
+        mark read (a repair: the database's triggers keep them exact)."""
+        self.store.tallies.recount()
+        return self.store.queries.count_by_status()
 
     def sign_ins(self, secret: str | None) -> Sessions:
         """The inbox's sign-in sessions, kept in this service's store."""
