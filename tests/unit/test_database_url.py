@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airlock.persistence.db import ConfigurationError, normalise_url
@@ -52,7 +54,7 @@ def test_a_refused_url_is_named_without_its_password(given: str) -> None:
     assert "s3cret" not in str(refused.value)
 
 
-def test_a_database_error_does_not_carry_the_statements_parameters(tmp_path) -> None:
+def test_a_database_error_does_not_carry_the_statements_parameters(tmp_path: Path) -> None:
     """Parameters are tool arguments and results: an error (logged, kept in a run's
     error) must not repeat them."""
     import sqlalchemy as sa
