@@ -37,6 +37,8 @@ from airlock.persistence.models import (
     DecisionRow,
     GrantRow,
     InboxSessionRow,
+    McpPinRow,
+    McpReviewRow,
     OutboxRow,
     RunEventRow,
     SignInFailureRow,
@@ -56,6 +58,8 @@ SESSIONS = cast(Table, InboxSessionRow.__table__)
 FAILURES = cast(Table, SignInFailureRow.__table__)
 BEAT_JOBS = cast(Table, BeatJobRow.__table__)
 GRANTS = cast(Table, GrantRow.__table__)
+MCP_PINS = cast(Table, McpPinRow.__table__)
+MCP_REVIEWS = cast(Table, McpReviewRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

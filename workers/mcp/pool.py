@@ -1,0 +1,158 @@
+"""One asyncio loop per process, in an OS thread of its own, owns every MCP session.
+
+The ``mcp`` SDK is asyncio (anyio); a worker's segments are greenlets (or threads).
+Each server gets one session per process, opened on first use and kept across
+segments; a session that failed is dropped and the next call opens a new one. The
+segments reach the loop through anyio's ``BlockingPortal`` (its documented door from
+other threads) and wait for the answer through ``green.wait``, which lets the other
+segments of a gevent worker run meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import httpx2
+from anyio.abc import TaskGroup
+from anyio.from_thread import BlockingPortal
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from airlock.loop import AirlockError
+from airlock.workers.mcp import green
+from airlock.workers.mcp.config import ServerConfig
+from airlock.workers.service import native
+
+log = logging.getLogger("airlock")
+T = TypeVar("T")
+Operation = Callable[[Client], Awaitable[T]]
+
+
+class McpUnavailableError(AirlockError):
+    """The server could not be reached (no session could be opened): nothing was sent."""
+
+
+def client_for(server: ServerConfig) -> Client:
+    """A client of ``server`` through the SDK's own transports."""
+    if server.url is not None:
+        http = create_mcp_http_client(
+            headers=dict(server.headers), timeout=httpx2.Timeout(server.timeout)
+        )
+        return Client(streamable_http_client(server.url, http_client=http), cache=None)
+    assert server.command is not None
+    command, *args = server.command
+    params = StdioServerParameters(command=command, args=args, env=dict(server.env) or None)
+    return Client(params, cache=None)
+
+
+class _Session:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.ready = anyio.Event()
+        self.closing = anyio.Event()
+        self.error: BaseException | None = None
+        self.dead = False
+
+    async def hold(self) -> None:
+        """Opens the session and keeps it open (its context lives in this one task)."""
+        try:
+            async with self.client:
+                self.ready.set()
+                await self.closing.wait()
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.dead = True
+            self.ready.set()
+
+
+class SessionPool:
+    def __init__(self, connect: Callable[[ServerConfig], Client] = client_for) -> None:
+        self._connect = connect
+        self._lock = native.lock()
+        self._portal: BlockingPortal | None = None
+        self._tasks: TaskGroup | None = None
+        self._sessions: dict[str, _Session] = {}
+
+    def run(self, server: ServerConfig, operation: Operation[T], *, timeout: float) -> T:
+        """``operation`` on the server's session, within ``timeout`` seconds (then
+        ``TimeoutError``). A failure drops the session: the next call opens a new one."""
+        future = self._started().start_task_soon(self._run, server, operation, timeout)
+        return green.wait(future)
+
+    async def _run(self, server: ServerConfig, operation: Operation[T], timeout: float) -> T:
+        with anyio.fail_after(timeout):
+            session = await self._session(server)
+            try:
+                return await operation(session.client)
+            except BaseException:
+                self._drop(server.name, session)
+                raise
+
+    async def _session(self, server: ServerConfig) -> _Session:
+        session = self._sessions.get(server.name)
+        if session is None or session.dead:
+            session = _Session(self._connect(server))
+            self._sessions[server.name] = session
+            assert self._tasks is not None
+            self._tasks.start_soon(session.hold)
+        await session.ready.wait()
+        if session.dead:
+            self._drop(server.name, session)
+            why = session.error or "the session closed"
+            raise McpUnavailableError(f"MCP server {server.name!r} is unavailable: {why}")
+        return session
+
+    def _drop(self, name: str, session: _Session) -> None:
+        session.closing.set()
+        if self._sessions.get(name) is session:
+            del self._sessions[name]
+
+    def _started(self) -> BlockingPortal:
+        with self._lock:
+            if self._portal is None:
+                self._start()
+            assert self._portal is not None
+            return self._portal
+
+    def _start(self) -> None:
+        ready = native.lock()
+        ready.acquire()
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tasks, BlockingPortal() as portal:
+                self._tasks, self._portal = tasks, portal
+                ready.release()
+                await portal.sleep_until_stopped()
+
+        def thread() -> None:
+            try:
+                anyio.run(main)
+            except BaseException:  # the thread must say why it ended
+                log.exception("MCP loop ended", extra={"action": "mcp.loop_ended"})
+                raise
+
+        native.start_thread(thread)
+        ready.acquire()  # a few milliseconds: the loop thread starting
+
+
+_POOLS: dict[int, SessionPool] = {}
+
+
+def pool() -> SessionPool:
+    """The process's pool, made on first use: a forked child (a prefork pool's) makes
+    its own, the parent's loop thread not having followed it."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        _POOLS.clear()
+        _POOLS[pid] = SessionPool()
+    return _POOLS[pid]
+
+
+def run(server: ServerConfig, operation: Operation[Any], *, timeout: float) -> Any:
+    return pool().run(server, operation, timeout=timeout)
