@@ -53,7 +53,8 @@ class McpGuard:
         found = now.fingerprint() if now is not None else None
         if found is not None and found == expected:
             outcome = self._inner(invocation)
-            content: list[JsonValue] = invocation.tool.take_content(ctx)
+            tool = invocation.tool
+            content = tool.take_content(ctx) if isinstance(tool, KeepsContent) else []
             if content:
                 self._note(
                     "mcp_content", {"call_id": ctx.call_id, "name": ctx.tool, "content": content}
