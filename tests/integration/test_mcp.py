@@ -355,3 +355,15 @@ def test_airlock_mcp_list_and_pin(mcp_stack: McpStack, bank: Bank) -> None:
     assert pinned.returncode == 0 and "pinned bank__transfer" in pinned.stdout
     listed = json.loads(airlock("mcp", "list", "--json").stdout)
     assert {t["drift"] for t in listed["servers"][0]["tools"]} == {"pinned"}
+
+
+def test_a_stdio_server_under_the_gevent_pool_is_refused_clearly(
+    mcp_stack: McpStack, bank: Bank
+) -> None:
+    stack = mcp_stack(stdio=True)
+    stack.worker(airlock=True)  # on Redis: -P gevent
+    run, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+    told = tool_result(stack, run.id)
+    assert "is a stdio server, which a gevent worker cannot start" in told
+    assert bank.calls()[f"balance {key(run.id)}"] == 0

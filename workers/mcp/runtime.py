@@ -28,7 +28,7 @@ from mcp.types import (
 from pydantic import JsonValue, ValidationError
 
 from airlock.loop import AirlockError
-from airlock.workers.mcp import pool
+from airlock.workers.mcp import green, pool
 from airlock.workers.mcp.catalog import Definition
 from airlock.workers.mcp.config import ServerConfig
 from airlock.workers.service.backoff import backoff
@@ -125,6 +125,12 @@ def _attempts(
     """``operation`` until it answers, within ``deadline`` seconds, with backoff: tried
     again when nothing was sent (the server could not be reached), or when the answer
     was lost and ``repeatable``."""
+    if server.command is not None and green.green():
+        raise McpCallError(
+            f"MCP server {server.name!r} is a stdio server, which a gevent worker cannot "
+            "start (declare it by url, or run the worker with -P prefork or -P threads)",
+            maybe_ran=False,
+        )
     ends = time.monotonic() + deadline
     attempt = 0
     while True:
