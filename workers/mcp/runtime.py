@@ -106,7 +106,10 @@ def call(
     meta = cast(RequestParamsMeta, fields)  # a TypedDict that takes any extra key
 
     async def send(client: Client) -> CallToolResult:
-        return await client.call_tool(tool, arguments, meta=meta)
+        # the session's call, not ``Client.call_tool``: that one re-lists and sends again
+        # when the server says the tool's schema changed (HEADER_MISMATCH), which would
+        # run a tool other than the one pinned and reviewed
+        return await client.session.call_tool(tool, arguments, meta=meta)
 
     result: CallToolResult = _attempts(
         server, send, f"tools/call of {tool!r}", repeatable=repeatable, deadline=server.timeout
