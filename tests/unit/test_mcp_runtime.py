@@ -15,8 +15,9 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from sqlalchemy.exc import OperationalError
 
-from airlock.workers.mcp import pool, runtime
+from airlock.workers.mcp import pool, runtime, tools
 from airlock.workers.mcp.config import ServerConfig, parse_servers
 
 CALLS: Counter[str] = Counter()
@@ -116,3 +117,19 @@ def test_a_server_that_cannot_be_reached_is_tried_until_the_deadline(connects: C
 def test_an_unknown_tool_is_refused_by_the_server_and_nothing_runs(connects: Connects) -> None:
     outcome = runtime.call(bank(), "nope", {}, idempotency_key="k", repeatable=True)
     assert outcome.is_error and "nope" in outcome.text
+
+
+def test_tools_whose_pins_cannot_be_recorded_are_offered_and_refused_as_drifted(
+    connects: Connects, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    servers = parse_servers('[servers.bank]\nurl = "http://in-process/mcp"\n', "s.toml", {})
+
+    def no_database() -> object:
+        raise OperationalError("SELECT", {}, Exception("no such table: mcp_pins"))
+
+    monkeypatch.setattr(tools, "servers", lambda: servers)
+    monkeypatch.setattr(tools, "pin_store", no_database)
+    offered = tools.mcp_tools("bank")
+    assert [t.name for t in offered] == ["bank__transfer", "bank__slow", "bank__refuse"]
+    assert {t.effect.value for t in offered} == {"write"}  # nothing declared: each asks
+    assert "pins cannot be read or recorded (OperationalError)" in caplog.text

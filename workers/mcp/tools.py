@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import jsonschema
 from pydantic import JsonValue
+from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.loop import Effect, Tool, ToolArgumentsError, ToolContext, ToolSchema
 from airlock.loop.messages import JsonObject
@@ -125,18 +126,31 @@ def mcp_tools(server: str) -> list[Tool]:
     pinned tools are offered, and their calls fail until it answers. A tool whose
     name or schema no model could use is left out, with a logged reason."""
     config = servers().get(server)
-    store = pin_store()
     try:
         live = runtime.list_tools(config, timeout=min(config.timeout, IMPORT_TIMEOUT))
     except runtime.McpCallError as exc:
         log.warning("%s; offering its pinned tools", exc, extra={"action": "mcp.unavailable"})
         live = []
-    for definition in usable(config, live):
-        store.mcp.record_first(
-            server, definition.name, definition.fingerprint(), definition.as_json()
-        )
-    pinned = [Definition.from_json(p.definition) for p in store.mcp.pins(server).values()]
+    try:
+        pinned = _pin_first(config, usable(config, live))
+    except SQLAlchemyError as exc:  # no pins table yet (airlock db upgrade), or no database
+        log.error(
+            "MCP server %r: its tools' pins cannot be read or recorded (%s); its calls are "
+            "refused as drifted until they can",
+            server, type(exc).__name__, extra={"action": "mcp.pins_unavailable"},
+        )  # fmt: skip
+        pinned = live
     return [McpTool(config, d) for d in usable(config, pinned)]
+
+
+def _pin_first(config: ServerConfig, live: list[Definition]) -> list[Definition]:
+    """Pin the tools not pinned yet as listed (the first import); every pinned one."""
+    store = pin_store()
+    for definition in live:
+        store.mcp.record_first(
+            config.name, definition.name, definition.fingerprint(), definition.as_json()
+        )
+    return [Definition.from_json(p.definition) for p in store.mcp.pins(config.name).values()]
 
 
 def usable(config: ServerConfig, definitions: list[Definition]) -> list[Definition]:
@@ -150,8 +164,10 @@ def usable(config: ServerConfig, definitions: list[Definition]) -> list[Definiti
                 definition.input_schema
             )
         except (BadToolError, jsonschema.SchemaError) as exc:
-            log.error("MCP server %r: %s", config.name, str(exc).splitlines()[0],
-                      extra={"action": "mcp.tool_refused"})  # fmt: skip
+            log.error(
+                "MCP server %r: %s", config.name, str(exc).splitlines()[0],
+                extra={"action": "mcp.tool_refused"},
+            )  # fmt: skip
             continue
         kept.append(definition)
     return kept
