@@ -70,6 +70,7 @@ class Bank:
         path.write_text(
             "[servers.bank]\n" + transport + "timeout = 10\n\n[servers.bank.tools]\n"
             'balance = { effect = "read" }\nstatement = { effect = "read" }\n'
+            'hologram = { effect = "read" }\n'
             'deposit = { effect = "idempotent_write" }\naudit = { effect = "write" }\n'
         )
         return path
@@ -204,6 +205,12 @@ def test_an_upstream_error_huge_result_and_picture_reach_the_model(
     assert "[cut: the result had 200000 characters" in result
     assert result.endswith(
         "[image image/png, 8 characters of data; kept in the run's events, not shown]"
+    )
+    odd, _ = stack.service.start_run("mcp_hologram", "show me")
+    stack.wait_status(odd.id, RunStatus.COMPLETED)  # a content type MCP does not have
+    assert tool_result(stack, odd.id) == (
+        "Error: tool \"bank__hologram\" failed: MCP server 'bank' answered tools/call of "
+        "'hologram' with a malformed result. It may have run upstream."
     )
     kept = [e.payload for e in stack.service.store.events.read(big.id) if e.kind == "mcp_content"]
     assert kept[0]["content"] == [{"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}]
