@@ -124,12 +124,9 @@ def mcp_stack(
 
 
 def _forget() -> None:
-    """This process's MCP settings, pins' store and agents, made anew by the next stack."""
-    if tools.pin_store.cache_info().currsize:
-        tools.pin_store().engine.dispose()
+    """This process's MCP settings and agents, made anew by the next stack."""
     settings_module.settings.cache_clear()
     tools.servers.cache_clear()
-    tools.pin_store.cache_clear()
     sys.modules.pop("tests.integration.mcp_agents", None)
 
 

@@ -8,7 +8,8 @@ first import; ``airlock mcp pin`` replaces it) and has the effect the operator d
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 
 import jsonschema
@@ -112,10 +113,16 @@ def servers() -> Servers:
     return load_servers(path)
 
 
-@lru_cache(maxsize=1)
-def pin_store() -> RunStore:
+@contextmanager
+def pin_store() -> Iterator[RunStore]:
+    """A store for the import's pins, on an engine of its own that is closed after it: an
+    import runs before a prefork pool forks, and a child must not share its connections."""
     config = settings()
-    return RunStore(make_engine(config.database_url), cipher=StateCipher(config.state_key))
+    engine = make_engine(config.database_url)
+    try:
+        yield RunStore(engine, cipher=StateCipher(config.state_key))
+    finally:
+        engine.dispose()
 
 
 def mcp_tools(server: str) -> list[Tool]:
@@ -145,12 +152,13 @@ def mcp_tools(server: str) -> list[Tool]:
 
 def _pin_first(config: ServerConfig, live: list[Definition]) -> list[Definition]:
     """Pin the tools not pinned yet as listed (the first import); every pinned one."""
-    store = pin_store()
-    for definition in live:
-        store.mcp.record_first(
-            config.name, definition.name, definition.fingerprint(), definition.as_json()
-        )
-    return [Definition.from_json(p.definition) for p in store.mcp.pins(config.name).values()]
+    with pin_store() as store:
+        for definition in live:
+            store.mcp.record_first(
+                config.name, definition.name, definition.fingerprint(), definition.as_json()
+            )
+        pins = store.mcp.pins(config.name)
+    return [Definition.from_json(p.definition) for p in pins.values()]
 
 
 def usable(config: ServerConfig, definitions: list[Definition]) -> list[Definition]:
