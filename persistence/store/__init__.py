@@ -12,7 +12,8 @@
 - ``sessions``: the inbox's sign-ins (``SessionStore``);
 - ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``);
 - ``beat``: when each of beat's jobs last ran (``BeatJobs``);
-- ``grants``: standing grants, and the suspension they release (``Grants``).
+- ``grants``: standing grants, and the suspension they release (``Grants``);
+- ``mcp``: MCP tools' pins and the fingerprints their suspended calls were reviewed under.
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
@@ -41,6 +42,7 @@ from airlock.persistence.store.dialects import statements_for
 from airlock.persistence.store.events import Events
 from airlock.persistence.store.grants import Grants
 from airlock.persistence.store.ledger import Ledger, Prior
+from airlock.persistence.store.mcp import McpPins, Pin
 from airlock.persistence.store.outbox import OutboxStore
 from airlock.persistence.store.queries import Queries
 from airlock.persistence.store.retention import Retention
@@ -56,6 +58,8 @@ __all__ = [
     "Clock",
     "Event",
     "LeaseLostError",
+    "McpPins",
+    "Pin",
     "Prior",
     "Receipt",
     "RetryPolicy",
@@ -99,6 +103,7 @@ class RunStore:
         self.throttle = SignInThrottle(ctx)
         self.beat = BeatJobs(ctx)
         self.grants = Grants(ctx, self.transitions)
+        self.mcp = McpPins(ctx)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

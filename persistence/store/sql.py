@@ -44,6 +44,7 @@ from airlock.persistence.models import (
     ToolCallRow,
     WebhookReceiptRow,
 )
+from airlock.persistence.models_mcp import McpPinRow, McpReviewRow
 from airlock.persistence.store.common import Event
 
 RUNS = cast(Table, AgentRun.__table__)
@@ -58,6 +59,8 @@ FAILURES = cast(Table, SignInFailureRow.__table__)
 BEAT_JOBS = cast(Table, BeatJobRow.__table__)
 GRANTS = cast(Table, GrantRow.__table__)
 TALLIES = cast(Table, RunTallyRow.__table__)
+MCP_PINS = cast(Table, McpPinRow.__table__)
+MCP_REVIEWS = cast(Table, McpReviewRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

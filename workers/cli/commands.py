@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from airlock.persistence import schema
 from airlock.persistence.db import ConfigurationError
-from airlock.workers.cli import grants, policy, runs
+from airlock.workers.cli import grants, mcp, policy, runs
 from airlock.workers.cli.app import (
     NOT_READY,
     PASSTHROUGH,
@@ -31,7 +31,7 @@ from airlock.workers.cli.output import console, errors, fail, without_password
 from airlock.workers.service import SweeperState
 from airlock.workers.service.settings import settings
 
-__all__ = ["app", "grants", "main", "policy", "runs", "service"]
+__all__ = ["app", "grants", "main", "mcp", "policy", "runs", "service"]
 
 # -- schema and processes -----------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
@@ -57,6 +58,9 @@ from airlock.workers.service.segments import (
     Segments,
 )
 from airlock.workers.service.sessions import Sessions
+
+if TYPE_CHECKING:
+    from airlock.workers.mcp.pins import McpDesk
 
 log = logging.getLogger("airlock")
 
@@ -344,6 +348,12 @@ class Service(Notifying):
     def sign_ins(self, secret: str | None) -> Sessions:
         """The inbox's sign-in sessions, kept in this service's store."""
         return Sessions(self.store, secret)
+
+    def mcp(self) -> McpDesk:
+        """The MCP tools' pins and drift (``airlock mcp list|pin``)."""
+        from airlock.workers.mcp.pins import McpDesk  # noqa: PLC0415 - the SDK on demand
+
+        return McpDesk(self.store)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its database connections between statements: a

@@ -78,6 +78,13 @@ class RunEventSink:
                 self._since = self._clock()
             self._pending.append((kind, payload))
 
+    def note(self, kind: str, payload: dict[str, JsonValue]) -> None:
+        """An event of the run that the loop does not emit (an MCP tool's drift)."""
+        with self._lock:
+            if not self._pending:
+                self._since = self._clock()
+            self._pending.append((kind, payload))
+
     def record(self, call: CallRecord) -> None:
         """A read-only call ran: its ledger record is written with the events."""
         with self._lock:

@@ -30,6 +30,7 @@ from airlock.loop.policy import RunPolicy
 from airlock.persistence.domain import Claim, RunStatus
 from airlock.persistence.schema import first_line
 from airlock.persistence.store import Clock, Event, LeaseLostError, RunStore
+from airlock.workers.mcp.guard import McpGuard, review
 from airlock.workers.service.backoff import backoff
 from airlock.workers.service.decisions import to_loop_decisions
 from airlock.workers.service.events import Pending, RunEventSink
@@ -206,7 +207,10 @@ class Segments:
                 raise LeaseLostError(f"run {run.id} is no longer leased to {owner}")
 
         loop = ToolLoop(
-            events=sink, executor=executor, write_ahead=write_ahead, policy=self._policy(run)
+            events=sink,
+            executor=McpGuard(executor, self.store, sink.note),
+            write_ahead=write_ahead,
+            policy=self._policy(run),
         )
         try:
             if state is None:
@@ -254,6 +258,7 @@ class Segments:
         pending: Pending,
     ) -> SegmentResult:
         expires = _expires(self.clock(), agent, state)
+        review(self.store, agent, state)  # the MCP calls' fingerprints, as approved
         events, calls = pending
         notify = self.notifies("run.waiting_for_approval")
         release = release_for(self.store, agent, state, lambda: self._requester(run))

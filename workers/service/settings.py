@@ -17,6 +17,7 @@ from airlock.persistence.db import (
     hide_password,
     normalise_url,
 )
+from airlock.workers.mcp.config import load_servers
 from airlock.workers.service.policy_file import PolicyFileError, read_policy
 from airlock.workers.service.principals import OPERATOR_ROLES, check_name
 
@@ -85,6 +86,8 @@ class Settings(BaseSettings):
     # the approval policy file (TOML), and one judged and recorded but not enforced
     policy: Path | None = None
     policy_shadow: Path | None = None
+    # MCP servers whose tools agents import (TOML; docs/mcp.md)
+    mcp_servers: Path | None = None
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
     # OIDC / JWT bearer tokens, for the run endpoints and approvals
@@ -154,6 +157,18 @@ class Settings(BaseSettings):
         for path in (p.strip() for p in value.split(",")):
             if ":" not in path:
                 raise ValueError(f"each entry must be module:attribute, got {path!r}")
+        return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _no_mcp_servers(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            load_servers(value)  # McpConfigError (a ValueError): the line and the reason
         return value
 
     @field_validator("policy", "policy_shadow", mode="before")

@@ -1,0 +1,60 @@
+"""``airlock mcp list|pin``: the declared MCP servers' tools, their effects, pins and
+drift, and accepting a tool's new definition."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from airlock.workers.cli.app import JsonOption, app, service
+from airlock.workers.cli.output import console, emit, fail
+from airlock.workers.mcp.config import McpConfigError, Servers
+from airlock.workers.mcp.runtime import McpCallError
+
+mcp_app = typer.Typer(help="MCP servers' tools (AIRLOCK_MCP_SERVERS).", no_args_is_help=True)
+app.add_typer(mcp_app, name="mcp")
+
+
+def _servers() -> Servers:
+    from airlock.workers.mcp.tools import servers  # noqa: PLC0415 - the SDK on demand
+
+    try:
+        return servers()
+    except McpConfigError as exc:
+        fail(str(exc), 2)
+
+
+@mcp_app.command("list")
+def mcp_list(as_json: JsonOption = False) -> None:
+    """Each declared server's tools: effect, pinned and live fingerprints, drift."""
+    found = service().mcp().status(_servers())
+    if as_json:
+        emit({"servers": [dataclasses.asdict(s) for s in found]})
+        return
+    table = Table("tool", "effect", "pin", "live", "drift")
+    for server in found:
+        if server.reachable is not None:
+            console.print(f"{server.name} ({server.transport}): {server.reachable}")
+        for t in server.tools:
+            table.add_row(t.name, t.effect, (t.pin or "-")[:12], (t.live or "-")[:12], t.drift)
+    console.print(table)
+
+
+@mcp_app.command("pin")
+def mcp_pin(
+    server: Annotated[str, typer.Argument(help="A declared server.")],
+    tool: Annotated[str | None, typer.Argument(help="One of its tools (default: all).")] = None,
+) -> None:
+    """Accept the server's tools (or TOOL) as it lists them now."""
+    try:
+        config = _servers().get(server)
+        pinned = service().mcp().pin(config, tool)
+    except (McpConfigError, LookupError) as exc:
+        fail(str(exc), 2)
+    except McpCallError as exc:
+        fail(str(exc), 1)
+    for name in pinned:
+        console.print(f"pinned {name}")
