@@ -15,13 +15,11 @@ from typing import Any, TypeVar
 from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
 from starlette.types import Scope
 
-from airlock.loop import DecisionError
-from airlock.persistence.store import UnknownRunError
 from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.guard import MAX_APPROVAL_BODY, MAX_BODY
 from airlock.workers.http.metrics import Metrics
 from airlock.workers.http.problems import ProblemError, SafeJSONResponse
-from airlock.workers.service import ConflictError, Service
+from airlock.workers.service import Service
 from airlock.workers.service.decisions import DecisionBody, TextBody
 from airlock.workers.service.principals import ForbiddenError, Principal, check_name
 from airlock.workers.service.views import run_view
@@ -136,14 +134,9 @@ class Handlers:
         else:
             body = parse_decision(raw, metrics)
         decided, service = principal, self.service
-        try:
-            result = await self.in_thread(
-                lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
-            )
-        except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:
-            metrics.decisions.labels(_refused(exc)).inc()
-            raise
-        metrics.decisions.labels(result.result).inc()
+        result = await self.in_thread(
+            lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
+        )
         answer: dict[str, JsonValue] = {
             "run_id": run_id,
             "result": result.result,
@@ -162,15 +155,6 @@ def caller_of(scope: Scope) -> Principal | None:
     None for the API token's holder, or anyone on an open API."""
     found: Principal | None = scope.get("state", {}).get("principal")
     return found
-
-
-def _refused(exc: Exception) -> str:
-    """The ``airlock_decisions_total`` label of a decision the service refused."""
-    if isinstance(exc, ConflictError):
-        return "expired" if exc.expired else "conflict"
-    if isinstance(exc, ForbiddenError):
-        return "forbidden"
-    return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
 
 
 def parse_decision(raw: bytes, metrics: Metrics) -> DecisionBody:

@@ -56,6 +56,7 @@ from airlock.workers.service.segments import (
     Segments,
 )
 from airlock.workers.service.sessions import Sessions
+from airlock.workers.service.watching import REFUSALS, DecisionSeen, Watchers, refusal, seen_of
 
 log = logging.getLogger("airlock")
 
@@ -80,6 +81,8 @@ class Service(Notifying):
     """The policy files (``AIRLOCK_POLICY``, ``AIRLOCK_POLICY_SHADOW``) turns are judged by."""
     grants: GrantDesk = field(init=False, repr=False)
     """Standing grants: list, show, revoke."""
+    watchers: Watchers = field(default_factory=lambda: Watchers([]))
+    """Told what each decision request came to (``watching``): the metrics, the traces."""
     _segments: Segments = field(init=False, repr=False)
     _approvals: Approvals = field(init=False, repr=False)
 
@@ -190,10 +193,18 @@ class Service(Notifying):
         also: Sequence[Event] = (),
     ) -> DecisionResult:
         """Record ``principal``'s decision for the turn that waits and wake a worker to
-        resume (see ``Approvals.record_decision``)."""
-        return self._approvals.record_decision(
-            run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
-        )
+        resume (see ``Approvals.record_decision``); the watchers are told what it came
+        to (the expiry's are told by ``expire_approvals``)."""
+        told = self.watchers.tell if principal is not AIRLOCK else lambda _: None
+        try:
+            result = self._approvals.record_decision(
+                run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
+            )
+        except REFUSALS as exc:
+            told(DecisionSeen(run_id, principal.source, refusal(exc), principal.id))
+            raise
+        told(seen_of(run_id, principal, result, self.clock()))
+        return result
 
     def judge_decision(self, run_id: str, body: DecisionBody, principal: Principal) -> Judged:
         """Identify, authorise and check a decision, recording nothing: what a door shows
@@ -291,6 +302,12 @@ class Service(Notifying):
                     continue  # decided or cancelled meanwhile
                 self._announce("run.cancelled", run_id)
             expired.append(run_id)
+            self.watchers.tell(
+                DecisionSeen(
+                    run_id, AIRLOCK.source, "recorded", AIRLOCK.id, agent=run.agent,
+                    verdict="expired", suspended_at=run.suspended_at, decided_at=self.clock(),
+                )
+            )  # fmt: skip
         return tuple(expired)
 
     def _expiry_action(self, run: Run) -> str | None:

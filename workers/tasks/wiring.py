@@ -15,7 +15,7 @@ from airlock.workers.service import Enqueue, Limits, Notify, Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings, settings
-from airlock.workers.tasks import broker, dispatcher
+from airlock.workers.tasks import broker, dispatcher, metrics
 
 
 def limits_of(config: Settings) -> Limits:
@@ -76,7 +76,9 @@ def service() -> Service:
     notifications on, a transition wakes this process's dispatcher, if it runs one."""
     config = settings()
     notify = dispatcher.wake_up if config.notify_url else None
-    return build_service(config, broker.enqueue_segment, notify)
+    built = build_service(config, broker.enqueue_segment, notify)
+    built.watchers.add(metrics.observe_decision)  # a worker's (the API has its own)
+    return built
 
 
 def check_broker() -> None:
