@@ -140,6 +140,9 @@ class AgentRun(Base):
     """Who asked for the run (the API's principal, or the requester a trusted client
     names): by default they may not approve its calls."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    trace_context: Mapped[str | None] = mapped_column(String(512))
+    """The run's span context (W3C ``traceparent``, and ``tracestate`` after a space),
+    when traces are on: each segment and the wait for a person are spans of its trace."""
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)

@@ -34,6 +34,7 @@ class Runs:
         first_event: Event | None = None,
         requested_by: str | None = None,
         caller: str = "api",
+        trace_context: str | None = None,
     ) -> tuple[Run, bool]:
         """Insert a queued run, and with it its first event (kind, payload) as seq 1.
         With an idempotency key ``caller`` (by default a caller of the Python API)
@@ -45,6 +46,8 @@ class Runs:
                 return existing, False
         values = self._new_row(agent, input, idempotency_key, metadata)
         values |= {"requested_by": requested_by, "caller": caller}
+        if trace_context is not None:
+            values["trace_context"] = trace_context
         if first_event is not None:
             values["event_seq"] = 1
         try:
@@ -175,5 +178,6 @@ def to_run(row: Mapping[Any, Any]) -> Run:
         version=row["version"],
         requested_by=row["requested_by"],
         caller=row.get("caller"),
+        trace_context=row.get("trace_context"),
         checkpoint=row.get("checkpoint"),
     )

@@ -117,6 +117,7 @@ def claim_statement(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
             RUNS.c.suspended_state,
             _decision_of_turn(DECISIONS.c.decision),
             _decision_of_turn(DECISIONS.c.approver),
+            RUNS.c.trace_context,
         )
     )
 

@@ -82,12 +82,17 @@ class Handlers:
             return caller.key
         return "anonymous" if self.auth.open else "token"
 
-    async def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+    async def create_run(
+        self, body: CreateRun, caller: Principal | None, traceparent: str | None = None
+    ) -> SafeJSONResponse:
         """A new run (201), or the one the caller's idempotency key already made for the
-        same request (200; 409 for another request)."""
-        return await self.in_thread(lambda: self._create_run(body, caller))
+        same request (200; 409 for another request). ``traceparent``: the caller's
+        trace, which the run's continues when traces are on."""
+        return await self.in_thread(lambda: self._create_run(body, caller, traceparent))
 
-    def _create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+    def _create_run(
+        self, body: CreateRun, caller: Principal | None, traceparent: str | None
+    ) -> SafeJSONResponse:
         requested_by = body.requested_by
         if caller is not None:
             if requested_by not in (None, caller.id):
@@ -103,6 +108,7 @@ class Handlers:
             metadata=body.metadata,
             requested_by=requested_by,
             caller=self.scope_of(caller),
+            traceparent=traceparent,
         )
         return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
 

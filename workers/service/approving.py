@@ -122,7 +122,13 @@ class Approvals:
             result = self._outcome(run_id, explained, judged.stored, judged.principal, 1)
         else:
             result = self._record(judged, body, receipt, sign_in=sign_in, also=also)
-            result = replace(result, agent=judged.run.agent, suspended_at=judged.run.suspended_at)
+            run = judged.run
+            result = replace(
+                result,
+                agent=run.agent,
+                suspended_at=run.suspended_at,
+                trace_context=run.trace_context,
+            )
         return self._with_grants(result, judged, body)
 
     def _record(

@@ -56,6 +56,7 @@ from airlock.workers.service.segments import (
     Segments,
 )
 from airlock.workers.service.sessions import Sessions
+from airlock.workers.service.tracing import NO_TRACES, Traces
 from airlock.workers.service.watching import REFUSALS, DecisionSeen, Watchers, refusal, seen_of
 
 log = logging.getLogger("airlock")
@@ -83,6 +84,8 @@ class Service(Notifying):
     """Standing grants: list, show, revoke."""
     watchers: Watchers = field(default_factory=lambda: Watchers([]))
     """Told what each decision request came to (``watching``): the metrics, the traces."""
+    traces: Traces = NO_TRACES
+    """The runs' traces (``tracing``): off unless the ``OTEL_*`` variables ask for them."""
     _segments: Segments = field(init=False, repr=False)
     _approvals: Approvals = field(init=False, repr=False)
 
@@ -98,9 +101,11 @@ class Service(Notifying):
             notifies=self._notifies,
             announce=self._announce,
             policy=self.policy,
+            traces=self.traces,
         )
         self._approvals = Approvals(self.store, self.registry, self._wake)
         self.grants = GrantDesk(self.store, self.operator_roles)
+        self.watchers.add(self.traces.decided)
 
     # -- start ---------------------------------------------------------------------
 
@@ -113,24 +118,29 @@ class Service(Notifying):
         metadata: dict[str, JsonValue] | None = None,
         requested_by: str | None = None,
         caller: str = "api",
+        traceparent: str | None = None,
     ) -> tuple[Run, bool]:
         """Create a queued run and wake a worker. ``requested_by``: who asked for it (by
         default they may not approve its calls). Idempotency keys are ``caller``'s own
         (``oidc:<issuer>:<sub>``, ``token``, ``cli``; by default a caller of the Python
         API): the same key with the same request returns the first run (``created``
         is False) and enqueues nothing; with another request it raises
-        ``IdempotencyMismatchError``."""
+        ``IdempotencyMismatchError``. ``traceparent``: the caller's trace, which the
+        run's continues (when traces are on)."""
         self.registry.get(agent)
         request = _request(agent, input, metadata or {}, requested_by)
-        run, created = self.store.runs.create(
-            agent,
-            input,
-            idempotency_key=idempotency_key,
-            metadata=metadata,
-            first_event=("request", request),
-            requested_by=requested_by,
-            caller=caller,
-        )
+        with self.traces.run(agent, traceparent) as traced:
+            run, created = self.store.runs.create(
+                agent,
+                input,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+                first_event=("request", request),
+                requested_by=requested_by,
+                caller=caller,
+                trace_context=traced.context,
+            )
+            traced.created(run.id)
         if (
             not created
             and _request(run.agent, run.input, run.metadata, run.requested_by) != request
@@ -306,6 +316,7 @@ class Service(Notifying):
                 DecisionSeen(
                     run_id, AIRLOCK.source, "recorded", AIRLOCK.id, agent=run.agent,
                     verdict="expired", suspended_at=run.suspended_at, decided_at=self.clock(),
+                    trace_context=run.trace_context,
                 )
             )  # fmt: skip
         return tuple(expired)

@@ -42,6 +42,8 @@ class DecisionSeen:
     decided_at: datetime | None = None
     quorum: int = 1
     approved_by: tuple[str, ...] = ()
+    trace_context: str | None = None
+    """The run's span context: the wait's span is of its trace."""
 
     @property
     def waited(self) -> float | None:
@@ -91,6 +93,7 @@ def seen_of(
         decided_at=now if ended else None,
         quorum=result.quorum,
         approved_by=result.approved_by,
+        trace_context=result.trace_context if ended else None,
     )
 
 

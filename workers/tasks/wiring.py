@@ -15,6 +15,7 @@ from airlock.workers.service import Enqueue, Limits, Notify, Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings, settings
+from airlock.workers.service.tracing import Traces, traces_from_env
 from airlock.workers.tasks import broker, dispatcher, metrics
 
 
@@ -53,7 +54,14 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
         limits=limits_of(config),
         operator_roles=config.operators,
         policy=PolicyHolder.load(config.policy, config.policy_shadow),
+        traces=_traces(),
     )
+
+
+@lru_cache(maxsize=1)
+def _traces() -> Traces:
+    """The process's traces (one tracer provider, however many services it builds)."""
+    return traces_from_env()
 
 
 DISPATCH_POOL = 4
