@@ -5,6 +5,7 @@ suspension to decision. (tests/integration/test_traces.py: the same across proce
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,9 +22,11 @@ from airlock.workers.service import Service
 from airlock.workers.service.otel import OtelTraces
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings
+from airlock.workers.tasks import notify
 from airlock.workers.testing import SECRET, TOKEN
 from tests.api.conftest import Api
 from tests.api.test_api import approval
+from tests.integration.test_client import Receiver
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -43,6 +46,7 @@ def traced(db_url: str) -> Iterator[tuple[Api, InMemorySpanExporter]]:
         store=RunStore(make_engine(db_url)),
         registry=Registry.from_paths(config.agents),
         enqueue=lambda run_id, delay=None: enqueued.append(run_id),
+        notify=lambda event_type, run_id: None,  # notifications are recorded in the outbox
         traces=OtelTraces(provider),
     )
     app = create_app(service, config, check_broker=lambda: None)
@@ -111,3 +115,27 @@ def test_a_parked_run_is_one_trace_from_the_caller_s(
     (decision,) = [s for s in spans if s.name == "POST /v1/runs/{run_id}/approval"]
     assert decision.context is not None and wait.links
     assert wait.links[0].context.trace_id == decision.context.trace_id
+
+
+def test_a_notification_carries_the_run_s_traceparent(
+    traced: tuple[Api, InMemorySpanExporter],
+) -> None:
+    api, _ = traced
+    created = api.client.post(
+        "/v1/runs",
+        json={"agent": "w1", "input": "mail 42"},
+        headers=api.headers() | {"traceparent": CALLER},
+    )
+    run_id = created.json()["id"]
+    api.segment(run_id)  # it parks: a run.waiting_for_approval notification is due
+    server = Receiver()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert notify.deliver_due(api.service, server.url, SECRET).delivered == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    ((headers, _),) = server.received
+    sent = {k.lower(): v for k, v in headers.items()}["traceparent"]
+    assert sent == api.service.store.runs.require(run_id).trace_context
+    assert sent.split("-")[1] == TRACE_ID

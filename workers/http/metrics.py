@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from airlock.persistence.domain import RunStatus
 from airlock.workers.service import Service
-from airlock.workers.service.watching import DecisionSeen
+from airlock.workers.service.seen import DecisionSeen
 from airlock.workers.tasks.metrics import WAIT_BUCKETS, record_decision
 
 

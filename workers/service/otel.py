@@ -16,9 +16,8 @@ from opentelemetry.trace import Link, Span, SpanKind, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from airlock.loop import Agent, LoopEvent
-from airlock.loop.events import ModelCalled, ToolExecuted
-from airlock.workers.service.tracing import EventSink
-from airlock.workers.service.watching import DecisionSeen
+from airlock.loop.events import EventSink, ModelCalled, ToolExecuted
+from airlock.workers.service.seen import DecisionSeen
 
 PROPAGATOR = TraceContextTextMapPropagator()
 

@@ -14,16 +14,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from contextvars import ContextVar
+from typing import Any, Protocol
 
-from airlock.loop import Agent, LoopEvent
-
-if TYPE_CHECKING:  # watching stands on the results, which stand on the segments
-    from airlock.workers.service.watching import DecisionSeen
-
-
-class EventSink(Protocol):
-    def emit(self, event: LoopEvent) -> None: ...
+from airlock.loop import Agent
+from airlock.loop.events import EventSink
+from airlock.workers.service.seen import DecisionSeen
 
 
 class RunTrace(Protocol):
@@ -91,6 +87,25 @@ class NoTraces:
 
 
 NO_TRACES = NoTraces()
+
+_OUTBOUND: ContextVar[Mapping[str, str] | None] = ContextVar("airlock_outbound", default=None)
+
+
+@contextmanager
+def on_behalf(headers: Mapping[str, str]) -> Iterator[None]:
+    """Outbound calls made meanwhile (in this context) are the run's: they carry
+    ``headers`` (its ``traceparent``)."""
+    token = _OUTBOUND.set(headers)
+    try:
+        yield
+    finally:
+        _OUTBOUND.reset(token)
+
+
+def outbound_headers() -> dict[str, str]:
+    """The headers of the run an outbound call is made on behalf of (none when traces
+    are off)."""
+    return dict(_OUTBOUND.get() or {})
 
 
 def enabled(env: Mapping[str, str] = os.environ) -> bool:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from airlock.workers.service.watching import DecisionSeen
+from airlock.workers.service.seen import DecisionSeen
 
 _segments: Any = None
 _lag: Any = None
