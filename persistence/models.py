@@ -141,8 +141,9 @@ class AgentRun(Base):
     names): by default they may not approve its calls."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     trace_context: Mapped[str | None] = mapped_column(String(512))
-    """The run's span context (W3C ``traceparent``, and ``tracestate`` after a space),
-    when traces are on: each segment and the wait for a person are spans of its trace."""
+    """The run's span context (a W3C ``traceparent``) and, once a segment parked it, that
+    segment's after a space, when traces are on: each segment and the wait for a person
+    are spans of the run's trace, a segment linked to the one before."""
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)

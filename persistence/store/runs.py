@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from airlock.loop import StateError, SuspendedRunState, Usage
@@ -88,6 +88,16 @@ class Runs:
             "updated_at": now,
             "version": 1,
         }
+
+    def trace(self, run_id: str, trace_context: str) -> None:
+        """Keep the run's span context (with the segment the next one links to). Traces
+        only: no status, lease or counter is read or written."""
+        with self._ctx.conns.one() as s:
+            s.execute(
+                update(sql.RUNS)
+                .where(sql.RUNS.c.id == parse_run_id(run_id))
+                .values(trace_context=trace_context)
+            )
 
     def by_idempotency_key(self, caller: str, key: str) -> Run | None:
         """The run ``caller`` made with ``key``."""

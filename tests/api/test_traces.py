@@ -91,6 +91,9 @@ def test_a_parked_run_is_one_trace_from_the_caller_s(
     assert attrs(run)["airlock.run_id"] == run_id
     segments = by_name(spans, "airlock.segment")
     assert len(segments) == 2
+    # the resumed segment links to the one that parked
+    assert not segments[0].links and segments[1].links
+    assert segments[1].links[0].context.span_id == segments[0].context.span_id
     assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in segments)
     assert run.parent is not None and request.context is not None
     # nested in the request's own spans (FastAPI's endpoint span), not beside them
@@ -137,5 +140,6 @@ def test_a_notification_carries_the_run_s_traceparent(
         server.server_close()
     ((headers, _),) = server.received
     sent = {k.lower(): v for k, v in headers.items()}["traceparent"]
-    assert sent == api.service.store.runs.require(run_id).trace_context
+    kept = api.service.store.runs.require(run_id).trace_context
+    assert kept is not None and sent == kept.split()[0]  # the run's, not the segment's
     assert sent.split("-")[1] == TRACE_ID

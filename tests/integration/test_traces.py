@@ -45,6 +45,8 @@ class Exported:
     parent: str
     attributes: dict[str, Any]
     instance: str
+    links: tuple[str, ...]
+    """The span ids it links to."""
     """The exporting process's ``service.instance.id``."""
 
 
@@ -82,6 +84,7 @@ class _Collect(BaseHTTPRequestHandler):
                         Exported(
                             s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(),
                             {a.key: _value(a.value) for a in s.attributes}, instance,
+                            tuple(link.span_id.hex() for link in s.links),
                         )
                     )  # fmt: skip
         self.send_response(200)
@@ -147,6 +150,8 @@ def test_a_run_parked_and_resumed_on_another_worker_is_one_trace(
     assert {s.trace_id for s in receiver.spans} == {TRACE_ID}
     segments = receiver.named("airlock.segment")
     assert len({s.instance for s in segments}) == 2  # one in each worker process
+    parked, resumed = segments
+    assert resumed.links == (parked.span_id,) and not parked.links  # linked to the one before
     (run,) = [s for s in local if s.name == "airlock.run"]
     assert run.context is not None
     assert {s.parent for s in segments} == {format(run.context.span_id, "016x")}

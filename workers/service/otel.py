@@ -23,9 +23,20 @@ PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def _parent(trace_context: str | None) -> Context | None:
+    """The run's span (the first of what ``agent_runs.trace_context`` keeps)."""
     if not trace_context:
         return None
-    return PROPAGATOR.extract({"traceparent": trace_context})
+    return PROPAGATOR.extract({"traceparent": trace_context.split()[0]})
+
+
+def _previous(trace_context: str | None) -> list[Link]:
+    """A link to the segment before (the second of what the run keeps), if any."""
+    parts = (trace_context or "").split()
+    if len(parts) < 2:
+        return []
+    found = trace.get_current_span(PROPAGATOR.extract({"traceparent": parts[1]}))
+    context = found.get_span_context()
+    return [Link(context)] if context.is_valid else []
 
 
 def _ns(at: datetime) -> int:
@@ -105,6 +116,17 @@ class TracedSink:
         span.end(end_time=now)
 
 
+class _Segment:
+    def __init__(
+        self, tracer: Tracer, span: Span, agent: Agent, rules: Mapping[str, str], stored: str | None
+    ) -> None:
+        self._made = (tracer, span, agent, rules)
+        self.stored = stored
+
+    def wrap(self, sink: EventSink) -> EventSink:
+        return TracedSink(sink, *self._made)
+
+
 class OtelTraces:
     def __init__(self, provider: TracerProvider) -> None:
         self.provider = provider
@@ -145,9 +167,14 @@ class OtelTraces:
     ) -> Iterator[Any]:
         attributes = {"airlock.run_id": run_id, "airlock.agent": agent.name}
         with self._tracer.start_as_current_span(
-            "airlock.segment", _parent(trace_context), attributes=attributes
-        ) as span:
-            yield lambda sink: TracedSink(sink, self._tracer, span, agent, rules)
+            "airlock.segment", _parent(trace_context), links=_previous(trace_context),
+            attributes=attributes,
+        ) as span:  # fmt: skip
+            carrier: dict[str, str] = {}
+            PROPAGATOR.inject(carrier)
+            run = (trace_context or "").split()[:1]
+            stored = " ".join([*run, carrier["traceparent"]]) if run else None
+            yield _Segment(self._tracer, span, agent, rules, stored)
 
     def decided(self, seen: DecisionSeen) -> None:
         if seen.verdict is None or seen.suspended_at is None or seen.decided_at is None:
@@ -171,4 +198,4 @@ class OtelTraces:
         span.end(end_time=_ns(seen.decided_at))
 
     def headers(self, trace_context: str | None) -> dict[str, str]:
-        return {"traceparent": trace_context} if trace_context else {}
+        return {"traceparent": trace_context.split()[0]} if trace_context else {}

@@ -210,7 +210,7 @@ class Segments:
         rules = {c.id: c.policy.rule for c in state.pending_calls if c.policy} if state else {}
         with self.traces.segment(run.id, agent, run.trace_context, rules) as traced:
             loop = ToolLoop(
-                events=traced(sink),
+                events=traced.wrap(sink),
                 executor=executor,
                 write_ahead=write_ahead,
                 policy=self._policy(run),
@@ -225,6 +225,8 @@ class Segments:
                     decisions = to_loop_decisions(decision, state)
                     result = loop.resume(agent, state, decisions, approver=approver)
             except ApprovalRequired as pause:
+                if traced.stored is not None:  # the next segment links to this one
+                    self.store.runs.trace(run.id, traced.stored)
                 return self._suspend(run, owner, agent, pause.state, sink.take())
             return self._complete(run, owner, result, sink.take())
 

@@ -40,8 +40,7 @@ class Traces(Protocol):
     def segment(
         self, run_id: str, agent: Agent, trace_context: str | None, rules: Mapping[str, str]
     ) -> Any:
-        """A context manager over a segment, giving a function that wraps the loop's
-        event sink (its model and tool spans are made from the events)."""
+        """A context manager over a segment, giving its ``SegmentTrace``."""
 
     def decided(self, seen: DecisionSeen) -> None:
         """A decision request ended: a wait it ended is a span."""
@@ -50,15 +49,27 @@ class Traces(Protocol):
         """The ``traceparent`` of an outbound call on the run's behalf."""
 
 
+class SegmentTrace(Protocol):
+    stored: str | None
+    """What the run keeps as it parks (its span context, and this segment's, which the
+    next segment links to); None when traces are off."""
+
+    def wrap(self, sink: EventSink) -> EventSink:
+        """The loop's event sink, its model and tool calls made spans."""
+
+
+class _NoSegment:
+    stored: str | None = None
+
+    def wrap(self, sink: EventSink) -> EventSink:
+        return sink
+
+
 class _NoRun:
     context: str | None = None
 
     def created(self, run_id: str) -> None:
         del run_id
-
-
-def _unwrapped(sink: EventSink) -> EventSink:
-    return sink
 
 
 class NoTraces:
@@ -76,7 +87,7 @@ class NoTraces:
         self, run_id: str, agent: Agent, trace_context: str | None, rules: Mapping[str, str]
     ) -> Iterator[Any]:
         del run_id, agent, trace_context, rules
-        yield _unwrapped
+        yield _NoSegment()
 
     def decided(self, seen: DecisionSeen) -> None:
         del seen
