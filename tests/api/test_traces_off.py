@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airlock.workers.service.tracing import enabled
+import pytest
+
+from airlock.workers.service.tracing import TracesUnavailableError, enabled, traces_from_env
 from tests.conftest import migrate
 
 SCRIPT = """
@@ -66,3 +68,17 @@ def test_traces_are_on_when_the_standard_variables_ask() -> None:
     assert enabled({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
     assert not enabled({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"})
     assert not enabled({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"})
+
+
+def test_traces_asked_for_without_the_sdk_refuse_start_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [
+        m
+        for m in sys.modules
+        if m.startswith(("opentelemetry.sdk", "airlock.workers.service.otel"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)  # as if not installed
+    with pytest.raises(TracesUnavailableError, match=r"OTEL_EXPORTER_OTLP_.*airlock\[otel\]"):
+        traces_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})

@@ -135,6 +135,19 @@ def traces_from_env(env: Mapping[str, str] = os.environ) -> Traces:
     ``NO_TRACES``."""
     if not enabled(env):
         return NO_TRACES
-    from airlock.workers.service.otel import OtelTraces  # noqa: PLC0415 - only when on
+    try:
+        from airlock.workers.service.otel import OtelTraces  # noqa: PLC0415 - only when on
 
-    return OtelTraces.configured()
+        return OtelTraces.configured()
+    except ImportError as exc:
+        named = (
+            "OTEL_TRACES_EXPORTER" if env.get("OTEL_TRACES_EXPORTER") else "OTEL_EXPORTER_OTLP_*"
+        )
+        raise TracesUnavailableError(
+            f"{named} asks for traces, but OpenTelemetry's SDK is not installed "
+            f"({exc}): pip install 'airlock[otel]', or unset {named}"
+        ) from exc
+
+
+class TracesUnavailableError(RuntimeError):
+    """Traces are asked for, and cannot be made."""
