@@ -1,6 +1,8 @@
 """Airlock: a durable runtime for human-approved LLM agent tool calls, on Celery.
 
-The public face: what an agent author imports (``from airlock import Agent, tool``).
+The public face: what an agent author imports (``from airlock import Agent, tool``), and
+the typed client of the HTTP API (``Client``, ``AsyncClient``, ``ApprovalClient``,
+``verify_notification``; all of it in ``airlock.client``).
 Everything else (``airlock.loop``, ``airlock.persistence``, ``airlock.providers``,
 ``airlock.workers`` and their modules) is internal and may change between releases.
 The names are imported when first used, so ``import airlock`` (and the ``airlock``
@@ -13,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airlock.client import ApprovalClient, AsyncClient, Client, verify_notification
     from airlock.loop import (
         Agent,
         AirlockError,
@@ -54,6 +57,9 @@ _FROM = {
     ),
     "AnthropicModel": "airlock.providers",
     "OpenAIModel": "airlock.providers",
+    **dict.fromkeys(
+        ("ApprovalClient", "AsyncClient", "Client", "verify_notification"), "airlock.client"
+    ),
 }  # fmt: skip
 
 __all__ = [
@@ -62,7 +68,10 @@ __all__ = [
     "AnthropicModel",
     "ApprovalPolicy",
     "ApprovalRequired",
+    "ApprovalClient",
     "Approve",
+    "AsyncClient",
+    "Client",
     "DecisionError",
     "Deny",
     "Edit",
@@ -83,6 +92,7 @@ __all__ = [
     "ToolLoop",
     "Usage",
     "tool",
+    "verify_notification",
 ]
 
 

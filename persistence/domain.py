@@ -63,6 +63,8 @@ class Run:
     caller: str | None = None
     """Who created it, as its idempotency key is scoped (``oidc:<issuer>:<sub>``,
     ``token``, ``cli``, ``api``)."""
+    trace_context: str | None = None
+    """The run's span context (a W3C ``traceparent``), when traces are on."""
     checkpoint: str | None = field(default=None, repr=False, compare=False)
     """The sealed checkpoint as read with the row (by ``claim``, and for a waiting
     run by every read); open it with ``Runs.load_state``."""
@@ -95,6 +97,8 @@ class Claim:
     ``Decisions.opened``. None when the run did not wait on a turn, or none was decided."""
     approver: str | None = None
     """Who made that decision."""
+    trace_context: str | None = None
+    """The run's span context: its segments are spans of that trace."""
 
     @property
     def has_checkpoint(self) -> bool:

@@ -15,7 +15,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -154,6 +153,8 @@ class AgentRun(Base):
     """Who asked for the run (the API's principal, or the requester a trusted client
     names): by default they may not approve its calls."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    trace_context: Mapped[str | None] = mapped_column(String(512))
+    """With traces on: the run's ``traceparent`` (then its parking segment's)."""
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -174,26 +175,6 @@ class AgentRun(Base):
         Index("ix_agent_runs_agent_created_at_id", "agent", "created_at", "id"),
         UniqueConstraint("caller", "idempotency_key"),
     )
-
-
-class RunTallyRow(Base):
-    """Runs per status (a column each), kept by triggers on ``agent_runs`` in the
-    transaction of every write (migration 0011, which says how): what ``stats`` and the
-    queue's mark read. One row per slot (16 on PostgreSQL, one on SQLite); a status's
-    count is the sum of its column. ``waiting_changes`` counts the writes into, out of or
-    of a waiting run; ``waiting_changed_at`` is the latest one's ``updated_at``."""
-
-    __tablename__ = "run_tallies"
-
-    slot: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
-    queued: Mapped[int] = mapped_column(BigInteger)
-    running: Mapped[int] = mapped_column(BigInteger)
-    waiting_for_approval: Mapped[int] = mapped_column(BigInteger)
-    completed: Mapped[int] = mapped_column(BigInteger)
-    failed: Mapped[int] = mapped_column(BigInteger)
-    cancelled: Mapped[int] = mapped_column(BigInteger)
-    waiting_changes: Mapped[int] = mapped_column(BigInteger)
-    waiting_changed_at: Mapped[datetime | None]
 
 
 class RunEventRow(Base):

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from airlock.loop import StateError, SuspendedRunState, Usage
@@ -34,6 +34,7 @@ class Runs:
         first_event: Event | None = None,
         requested_by: str | None = None,
         caller: str = "api",
+        trace_context: str | None = None,
     ) -> tuple[Run, bool]:
         """Insert a queued run, and with it its first event (kind, payload) as seq 1.
         With an idempotency key ``caller`` (by default a caller of the Python API)
@@ -45,6 +46,8 @@ class Runs:
                 return existing, False
         values = self._new_row(agent, input, idempotency_key, metadata)
         values |= {"requested_by": requested_by, "caller": caller}
+        if trace_context is not None:
+            values["trace_context"] = trace_context
         if first_event is not None:
             values["event_seq"] = 1
         try:
@@ -85,6 +88,16 @@ class Runs:
             "updated_at": now,
             "version": 1,
         }
+
+    def trace(self, run_id: str, trace_context: str) -> None:
+        """Keep the run's span context (with the segment the next one links to). Traces
+        only: no status, lease or counter is read or written."""
+        with self._ctx.conns.one() as s:
+            s.execute(
+                update(sql.RUNS)
+                .where(sql.RUNS.c.id == parse_run_id(run_id))
+                .values(trace_context=trace_context)
+            )
 
     def by_idempotency_key(self, caller: str, key: str) -> Run | None:
         """The run ``caller`` made with ``key``."""
@@ -175,5 +188,6 @@ def to_run(row: Mapping[Any, Any]) -> Run:
         version=row["version"],
         requested_by=row["requested_by"],
         caller=row.get("caller"),
+        trace_context=row.get("trace_context"),
         checkpoint=row.get("checkpoint"),
     )

@@ -39,12 +39,12 @@ from airlock.persistence.models import (
     InboxSessionRow,
     OutboxRow,
     RunEventRow,
-    RunTallyRow,
     SignInFailureRow,
     ToolCallRow,
     WebhookReceiptRow,
 )
 from airlock.persistence.models_mcp import McpPinRow, McpReviewRow
+from airlock.persistence.models_tallies import RunTallyRow
 from airlock.persistence.store.common import Event
 
 RUNS = cast(Table, AgentRun.__table__)
@@ -122,6 +122,7 @@ def claim_statement(claimable: ColumnElement[bool]) -> ReturningUpdate[Any]:
             RUNS.c.suspended_state,
             _decision_of_turn(DECISIONS.c.decision),
             _decision_of_turn(DECISIONS.c.approver),
+            RUNS.c.trace_context,
         )
     )
 

@@ -113,7 +113,7 @@ class Transitions:
         row = retrying(self._ctx.retry, attempt, what="claiming a run")
         if row is None:
             return None
-        _, agent, input, attempts, turn_digest, ledger, sealed, decision, approver = row
+        _, agent, input, attempts, turn_digest, ledger, sealed, decision, approver, trace = row
         unreadable = None
         try:
             input = self._ctx.cipher.open_text(input, "the run's input")
@@ -130,6 +130,7 @@ class Transitions:
             unreadable=unreadable,
             decision=json.loads(decision) if isinstance(decision, str) else decision,
             approver=approver,
+            trace_context=trace,
         )
 
     def renew_lease(self, run_id: str, owner: str, lease: timedelta) -> bool:

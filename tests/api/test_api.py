@@ -326,7 +326,7 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
     api.approve(view["id"], {}, raw=b"{}", headers={"content-type": "application/json"})
     metrics = api.client.get("/metrics").text
     assert 'airlock_runs{status="queued"} 1.0' in metrics
-    assert 'airlock_decisions_total{result="recorded"} 1.0' in metrics
+    assert 'airlock_decisions_total{door="webhook",outcome="recorded"} 1.0' in metrics
     assert 'airlock_webhook_rejections_total{reason="missing_headers"} 1.0' in metrics
     assert "airlock_oldest_waiting_approval_seconds" in metrics
     spec = api.client.get("/openapi.json").json()

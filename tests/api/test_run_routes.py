@@ -131,14 +131,20 @@ def test_the_poll_and_the_approval_are_the_apps_plain_routes(api: Api) -> None:
 
 
 def test_fastapi_telemetry_is_off_without_a_provider() -> None:
-    assert api_module._telemetry() == {"tracing": False, "metrics": False, "logs": False}
+    assert api_module._telemetry(None) == {"tracing": False, "metrics": False, "logs": False}
 
 
 def test_fastapi_telemetry_is_on_with_a_provider_set_before_the_app(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", trace.NoOpTracerProvider)
-    assert api_module._telemetry() == {"tracing": True, "metrics": False, "logs": False}
+    assert api_module._telemetry(None) == {"tracing": True, "metrics": False, "logs": False}
+
+
+def test_fastapi_telemetry_is_on_with_the_runs_traces() -> None:
+    provider = trace.NoOpTracerProvider()
+    found = api_module._telemetry(provider)
+    assert found is not None and found["tracing"] and found["tracer_provider"] is provider
 
 
 JSON = BEARER | {"content-type": "application/json"}

@@ -54,7 +54,7 @@ log = logging.getLogger("airlock")
 
 
 def create_app(service: Service, config: Settings, *, check_broker: Callable[[], None]) -> FastAPI:
-    telemetry = _telemetry()
+    telemetry = _telemetry(service.traces.provider)
     watch = SchemaWatch(service.schema_status)
 
     @asynccontextmanager
@@ -96,22 +96,24 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     return app
 
 
-def _telemetry() -> dict[str, bool] | None:
-    """FastAPI's OpenTelemetry spans, metrics and logs: on when a global provider is
-    set when the app is built (as ``opentelemetry-instrument airlock api`` does), off
-    otherwise. Left to FastAPI, every request asks OpenTelemetry whether a provider
-    was set since, which py-spy showed as the largest single cost of a poll's
-    ``GET`` (a FastAPI without native telemetry: None)."""
+def _telemetry(tracer_provider: Any) -> dict[str, Any] | None:
+    """FastAPI's OpenTelemetry spans and metrics: its request spans on with the runs'
+    traces (``tracer_provider``, the run's create span below the request's), or when a
+    global provider is set when the app is built (as ``opentelemetry-instrument airlock
+    api`` does); its metrics when a global meter provider is; its logs never (no public
+    API tells whether a logger provider was set). Off otherwise: left to FastAPI, every
+    request asks OpenTelemetry whether a provider was set since, which py-spy showed as
+    the largest single cost of a poll's ``GET`` (a FastAPI without native telemetry:
+    None)."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return None
     from opentelemetry import metrics, trace  # noqa: PLC0415 - FastAPI's own dependency
-    from opentelemetry._logs import get_logger_provider  # noqa: PLC0415
 
-    providers = (trace.get_tracer_provider(), metrics.get_meter_provider(), get_logger_provider())
-    tracing, measuring, logging_ = (
-        not type(p).__name__.lstrip("_").startswith("Proxy") for p in providers
-    )
-    return {"tracing": tracing, "metrics": measuring, "logs": logging_}
+    if tracer_provider is not None:
+        return {"tracing": True, "tracer_provider": tracer_provider, "logs": False}
+    providers = (trace.get_tracer_provider(), metrics.get_meter_provider())
+    tracing, measuring = (not type(p).__name__.lstrip("_").startswith("Proxy") for p in providers)
+    return {"tracing": tracing, "metrics": measuring, "logs": False}
 
 
 def _errors(app: FastAPI, metrics: Metrics) -> None:
@@ -209,7 +211,8 @@ def _run_routes(app: FastAPI, handlers: Handlers) -> None:
 
     @app.post("/v1/runs", status_code=201, responses=doc(RunView, 201, 200))
     async def create_run(body: CreateRun, request: Request) -> SafeJSONResponse:
-        return await handlers.create_run(body, caller_of(request.scope))
+        traceparent = request.headers.get("traceparent")
+        return await handlers.create_run(body, caller_of(request.scope), traceparent)
 
     @app.get("/v1/runs", responses=doc(RunPage))
     def list_runs(

@@ -15,13 +15,11 @@ from typing import Any, TypeVar
 from pydantic import ConfigDict, Field, JsonValue, ValidationError, field_validator
 from starlette.types import Scope
 
-from airlock.loop import DecisionError
-from airlock.persistence.store import UnknownRunError
 from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.guard import MAX_APPROVAL_BODY, MAX_BODY
 from airlock.workers.http.metrics import Metrics
 from airlock.workers.http.problems import ProblemError, SafeJSONResponse
-from airlock.workers.service import ConflictError, Service
+from airlock.workers.service import Service
 from airlock.workers.service.decisions import DecisionBody, TextBody
 from airlock.workers.service.principals import ForbiddenError, Principal, check_name
 from airlock.workers.service.views import run_view
@@ -84,12 +82,17 @@ class Handlers:
             return caller.key
         return "anonymous" if self.auth.open else "token"
 
-    async def create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+    async def create_run(
+        self, body: CreateRun, caller: Principal | None, traceparent: str | None = None
+    ) -> SafeJSONResponse:
         """A new run (201), or the one the caller's idempotency key already made for the
-        same request (200; 409 for another request)."""
-        return await self.in_thread(lambda: self._create_run(body, caller))
+        same request (200; 409 for another request). ``traceparent``: the caller's
+        trace, which the run's continues when traces are on."""
+        return await self.in_thread(lambda: self._create_run(body, caller, traceparent))
 
-    def _create_run(self, body: CreateRun, caller: Principal | None) -> SafeJSONResponse:
+    def _create_run(
+        self, body: CreateRun, caller: Principal | None, traceparent: str | None
+    ) -> SafeJSONResponse:
         requested_by = body.requested_by
         if caller is not None:
             if requested_by not in (None, caller.id):
@@ -105,6 +108,7 @@ class Handlers:
             metadata=body.metadata,
             requested_by=requested_by,
             caller=self.scope_of(caller),
+            traceparent=traceparent,
         )
         return SafeJSONResponse(run_view(self.service, run), 201 if created else 200)
 
@@ -136,14 +140,9 @@ class Handlers:
         else:
             body = parse_decision(raw, metrics)
         decided, service = principal, self.service
-        try:
-            result = await self.in_thread(
-                lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
-            )
-        except (UnknownRunError, ConflictError, DecisionError, ForbiddenError) as exc:
-            metrics.decisions.labels(_refused(exc)).inc()
-            raise
-        metrics.decisions.labels(result.result).inc()
+        result = await self.in_thread(
+            lambda: service.record_decision(run_id, body, decided, webhook_id=webhook_id)
+        )
         answer: dict[str, JsonValue] = {
             "run_id": run_id,
             "result": result.result,
@@ -162,15 +161,6 @@ def caller_of(scope: Scope) -> Principal | None:
     None for the API token's holder, or anyone on an open API."""
     found: Principal | None = scope.get("state", {}).get("principal")
     return found
-
-
-def _refused(exc: Exception) -> str:
-    """The ``airlock_decisions_total`` label of a decision the service refused."""
-    if isinstance(exc, ConflictError):
-        return "expired" if exc.expired else "conflict"
-    if isinstance(exc, ForbiddenError):
-        return "forbidden"
-    return "not_found" if isinstance(exc, UnknownRunError) else "invalid"
 
 
 def parse_decision(raw: bytes, metrics: Metrics) -> DecisionBody:

@@ -1,5 +1,6 @@
-"""The API's Prometheus metrics: its own counters, and the store's figures read at
-scrape time (at most every few seconds)."""
+"""The API's Prometheus metrics: its own counters, what the decisions it records came
+to (told by the service: ``airlock.workers.service.watching``), and the store's figures
+read at scrape time (at most every few seconds)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,49 @@ import threading
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from airlock.persistence.domain import RunStatus
 from airlock.workers.service import Service
+from airlock.workers.service.seen import DecisionSeen
+from airlock.workers.tasks.metrics import WAIT_BUCKETS, record_decision
 
 
 class Metrics:
     def __init__(self, service: Service) -> None:
         self.registry = CollectorRegistry()
         self.decisions = Counter(
-            "airlock_decisions_total", "Decisions received, by outcome", ["result"],
+            "airlock_decisions_total",
+            "Decision requests, by the door they came through and what they came to",
+            ["door", "outcome"],
             registry=self.registry,
-        )  # fmt: skip
+        )
+        self.waits = Histogram(
+            "airlock_approval_wait_seconds",
+            "Time a run waited from suspension to the decision that ended the wait, by"
+            " agent and outcome (approved, denied, mixed, expired)",
+            ["agent", "outcome"],
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.expiries = Counter(
+            "airlock_approval_expiries_total",
+            "Waits ended by their approval's expiry, by agent",
+            ["agent"],
+            registry=self.registry,
+        )
         self.rejections = Counter(
             "airlock_webhook_rejections_total", "Approval webhooks refused, by reason", ["reason"],
             registry=self.registry,
         )  # fmt: skip
         self.registry.register(_StoreCollector(service))
+        service.watchers.add(self.seen)
+
+    def seen(self, seen: DecisionSeen) -> None:
+        """A decision request this process's service answered."""
+        record_decision(seen, self.decisions, self.waits, self.expiries)
 
 
 class _StoreCollector(Collector):
@@ -62,6 +87,11 @@ class _StoreCollector(Collector):
             lag.add_metric(["0.99"], figures.notification_lag[1])
         return [
             by_status,
+            GaugeMetricFamily(
+                "airlock_runs_waiting",
+                "Runs waiting for a decision",
+                value=figures.runs.get(RunStatus.WAITING_FOR_APPROVAL, 0),
+            ),
             lag,
             GaugeMetricFamily(
                 "airlock_oldest_waiting_approval_seconds",

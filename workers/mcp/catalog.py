@@ -12,6 +12,7 @@ from pydantic import JsonValue
 
 from airlock.loop import Effect, ToolContext
 from airlock.loop.canonical import sha256_hex
+from airlock.loop.errors import AirlockError
 from airlock.workers.mcp.config import ServerConfig
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -19,7 +20,7 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 SEPARATOR = "__"
 
 
-class BadToolError(ValueError):
+class BadToolError(AirlockError, ValueError):
     """A server's tool that cannot be offered to a model (its name or schema)."""
 
 

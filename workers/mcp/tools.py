@@ -17,6 +17,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.loop import Effect, Tool, ToolArgumentsError, ToolContext, ToolSchema
+from airlock.loop.errors import AirlockError
 from airlock.loop.messages import JsonObject
 from airlock.persistence.crypto import StateCipher
 from airlock.persistence.db import make_engine
@@ -37,7 +38,7 @@ IMPORT_TIMEOUT = 10.0
 """The longest ``mcp_tools`` waits for a server's listing (then it offers the pins)."""
 
 
-class McpToolError(Exception):
+class McpToolError(AirlockError):
     """The upstream tool answered with ``isError``, or the call got no answer: the
     message is what the model reads."""
 

@@ -122,6 +122,9 @@ class Approvals:
             result = self._outcome(run_id, explained, judged.stored, judged.principal, 1)
         else:
             result = self._record(judged, body, receipt, sign_in=sign_in, also=also)
+            run = judged.run  # for the wait's metric and span
+            at, trace_context = run.suspended_at, run.trace_context
+            result = replace(result, agent=run.agent, suspended_at=at, trace_context=trace_context)
         return self._with_grants(result, judged, body)
 
     def _record(

@@ -12,7 +12,6 @@ from pydantic import JsonValue
 
 from airlock.loop import (
     PendingCall,
-    StateError,
     SuspendedRunState,
 )
 from airlock.persistence.domain import (
@@ -29,6 +28,8 @@ from airlock.persistence.store import (
 )
 from airlock.workers.service.approving import Approvals, Judged
 from airlock.workers.service.decisions import DecisionBody
+from airlock.workers.service.expiring import acting as _acting
+from airlock.workers.service.expiring import expire_approvals
 from airlock.workers.service.grant_desk import GrantDesk
 from airlock.workers.service.keeper import Keeper
 from airlock.workers.service.notifying import Notifying
@@ -38,7 +39,6 @@ from airlock.workers.service.principals import (
     OPERATOR_ROLES,
     Principal,
     Requester,
-    Standing,
     may_operate,
 )
 from airlock.workers.service.registry import Registry
@@ -58,6 +58,8 @@ from airlock.workers.service.segments import (
     Segments,
 )
 from airlock.workers.service.sessions import Sessions
+from airlock.workers.service.tracing import NO_TRACES, Traces
+from airlock.workers.service.watching import REFUSALS, DecisionSeen, Watchers, refusal, seen_of
 
 if TYPE_CHECKING:
     from airlock.workers.mcp.pins import McpDesk
@@ -85,6 +87,10 @@ class Service(Notifying):
     """The policy files (``AIRLOCK_POLICY``, ``AIRLOCK_POLICY_SHADOW``) turns are judged by."""
     grants: GrantDesk = field(init=False, repr=False)
     """Standing grants: list, show, revoke."""
+    watchers: Watchers = field(default_factory=lambda: Watchers([]))
+    """Told what each decision request came to (``watching``): the metrics, the traces."""
+    traces: Traces = NO_TRACES
+    """The runs' traces (``tracing``): off unless the ``OTEL_*`` variables ask for them."""
     _segments: Segments = field(init=False, repr=False)
     _approvals: Approvals = field(init=False, repr=False)
 
@@ -100,9 +106,11 @@ class Service(Notifying):
             notifies=self._notifies,
             announce=self._announce,
             policy=self.policy,
+            traces=self.traces,
         )
         self._approvals = Approvals(self.store, self.registry, self._wake)
         self.grants = GrantDesk(self.store, self.operator_roles)
+        self.watchers.add(self.traces.decided)
 
     # -- start ---------------------------------------------------------------------
 
@@ -115,24 +123,29 @@ class Service(Notifying):
         metadata: dict[str, JsonValue] | None = None,
         requested_by: str | None = None,
         caller: str = "api",
+        traceparent: str | None = None,
     ) -> tuple[Run, bool]:
         """Create a queued run and wake a worker. ``requested_by``: who asked for it (by
         default they may not approve its calls). Idempotency keys are ``caller``'s own
         (``oidc:<issuer>:<sub>``, ``token``, ``cli``; by default a caller of the Python
         API): the same key with the same request returns the first run (``created``
         is False) and enqueues nothing; with another request it raises
-        ``IdempotencyMismatchError``."""
+        ``IdempotencyMismatchError``. ``traceparent``: the caller's trace, which the
+        run's continues (when traces are on)."""
         self.registry.get(agent)
         request = _request(agent, input, metadata or {}, requested_by)
-        run, created = self.store.runs.create(
-            agent,
-            input,
-            idempotency_key=idempotency_key,
-            metadata=metadata,
-            first_event=("request", request),
-            requested_by=requested_by,
-            caller=caller,
-        )
+        with self.traces.run(agent, traceparent) as traced:
+            run, created = self.store.runs.create(
+                agent,
+                input,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+                first_event=("request", request),
+                requested_by=requested_by,
+                caller=caller,
+                trace_context=traced.context,
+            )
+            traced.created(run.id)
         if (
             not created
             and _request(run.agent, run.input, run.metadata, run.requested_by) != request
@@ -195,10 +208,18 @@ class Service(Notifying):
         also: Sequence[Event] = (),
     ) -> DecisionResult:
         """Record ``principal``'s decision for the turn that waits and wake a worker to
-        resume (see ``Approvals.record_decision``)."""
-        return self._approvals.record_decision(
-            run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
-        )
+        resume (see ``Approvals.record_decision``); the watchers are told what it came
+        to (the expiry's are told by ``expire_approvals``)."""
+        told = self.watchers.tell if principal is not AIRLOCK else lambda _: None
+        try:
+            result = self._approvals.record_decision(
+                run_id, body, principal, webhook_id=webhook_id, sign_in=sign_in, also=also
+            )
+        except REFUSALS as exc:
+            told(DecisionSeen(run_id, principal.source, refusal(exc), principal.id))
+            raise
+        told(seen_of(run_id, principal, result, self.clock()))
+        return result
 
     def judge_decision(self, run_id: str, body: DecisionBody, principal: Principal) -> Judged:
         """Identify, authorise and check a decision, recording nothing: what a door shows
@@ -267,49 +288,7 @@ class Service(Notifying):
 
     def expire_approvals(self) -> tuple[str, ...]:
         """Apply each agent's expiry action to runs that waited past ``approval_ttl``."""
-        expired: list[str] = []
-        for run_id in self.store.queries.expired_approvals():
-            run = self.store.runs.get(run_id)
-            if run is None or run.turn_digest is None:
-                continue
-            action = self._expiry_action(run)
-            # the 'expired' event is written with the action, so it exists exactly when
-            # the action was applied; each action is guarded on the run still waiting on
-            # this turn with its approval expired, in its own statement
-            event: Event = ("expired", {"action": str(action or "cancel")})
-            if action == "deny":
-                body = DecisionBody(
-                    turn_digest=run.turn_digest, decision="deny", reason="approval expired"
-                )
-                try:
-                    self.record_decision(run_id, body, AIRLOCK, also=[event])
-                except ConflictError:
-                    continue  # decided or cancelled meanwhile
-            else:
-                expiry = _acting(AIRLOCK, Standing("operator", [])) | {"by": "airlock:expiry"}
-                cancelled: Event = ("cancelled", expiry | {"was": run.status.value})
-                notify = self._notifies("run.cancelled")
-                events = [event, cancelled]
-                if not self.store.transitions.expire(
-                    run_id, run.turn_digest, events=events, notify=notify
-                ):
-                    continue  # decided or cancelled meanwhile
-                self._announce("run.cancelled", run_id)
-            expired.append(run_id)
-        return tuple(expired)
-
-    def _expiry_action(self, run: Run) -> str | None:
-        """The agent's ``on_expiry``, or ``cancel`` when the policy's judgement of a call
-        that asks says so (the strictest wins)."""
-        action = self.registry.get(run.agent).on_expiry if run.agent in self.registry else None
-        try:
-            state = self.store.runs.load_state(run)
-        except StateError:
-            return action
-        defaults = {
-            c.policy.default for c in state.pending_calls if c.requires_approval and c.policy
-        }
-        return "cancel" if "cancel" in defaults else action
+        return expire_approvals(self)
 
     def sweep(self) -> SweepReport:
         """Recover what a broker dropped or a dead worker left behind, and record that
@@ -359,18 +338,6 @@ class Service(Notifying):
         """The calling thread keeps its database connections between statements: a
         worker's segment thread (see ``Connections.hold``)."""
         self.store.hold_connections()
-
-
-def _acting(principal: Principal, standing: Standing) -> dict[str, JsonValue]:
-    """Who cancelled or retried a run, for its event: the principal, how it was
-    authenticated (as in a ``decision`` event), and on what ground it may."""
-    return {
-        "by": principal.id,
-        "principal": principal.id,
-        "identity": principal.key,
-        "auth": principal.auth(standing.roles),
-        "authority": standing.ground,
-    }
 
 
 def _request(

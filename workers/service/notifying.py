@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from pydantic import JsonValue
@@ -20,10 +20,13 @@ from airlock.workers.service.outbound import (
 )
 from airlock.workers.service.reads import Reads
 from airlock.workers.service.segments import EventType
+from airlock.workers.service.tracing import Traces
 
 
 class Notifying(Reads):
     """What ``Service`` does with the outbox (it provides the fields)."""
+
+    traces: Traces
 
     def add_notification(self, run_id: str, event_type: EventType) -> None:
         """A notification caused outside a transition (one an earlier version queued)."""
@@ -39,8 +42,9 @@ class Notifying(Reads):
     ) -> DeliveryReport:
         """Deliver the notifications that are due (see ``outbound.deliver_due``)."""
         return deliver_due(
-            self.store, send, lambda run_id: render(self.get_run(run_id)), limit, retries
-        )
+            self.store, send, lambda run_id: render(self.get_run(run_id)), limit, retries,
+            traced=self._traced,
+        )  # fmt: skip
 
     def claim_notifications(self, limit: int, lease: timedelta = TAKE_FOR) -> list[Notification]:
         """Claim up to ``limit`` due notifications, each for one attempt, held ``lease``
@@ -56,5 +60,14 @@ class Notifying(Reads):
     ) -> bool:
         """One attempt at a claimed notification (see ``outbound.deliver``)."""
         return deliver(
-            self.store, taken, send, lambda run_id: render(self.get_run(run_id)), retries
-        )
+            self.store, taken, send, lambda run_id: render(self.get_run(run_id)), retries,
+            traced=self._traced,
+        )  # fmt: skip
+
+    def _traced(self, run_id: str) -> Mapping[str, str]:
+        """The ``traceparent`` of the run's trace, for its notifications (read only when
+        traces are on)."""
+        if self.traces.provider is None:
+            return {}
+        run = self.store.runs.get(run_id)
+        return self.traces.headers(run.trace_context if run else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -17,6 +17,7 @@ from airlock.loop.errors import AirlockError
 from airlock.persistence.store import RunStore
 from airlock.persistence.store.outbox import Notification
 from airlock.workers.service.backoff import backoff
+from airlock.workers.service.tracing import on_behalf
 
 log = logging.getLogger("airlock")
 
@@ -68,6 +69,13 @@ class DeliveryReport:
 
 Render = Callable[[str], JsonValue]
 """A run's view, by its id, as the notification's ``data``."""
+Traced = Callable[[str], Mapping[str, str]]
+"""The headers a run's outbound calls carry (its ``traceparent``), by its id."""
+
+
+def _untraced(run_id: str) -> Mapping[str, str]:
+    del run_id
+    return {}
 
 
 def deliver_due(
@@ -76,6 +84,8 @@ def deliver_due(
     render: Render,
     limit: int = 100,
     retries: Retries = DEFAULT_RETRIES,
+    *,
+    traced: Traced = _untraced,
 ) -> DeliveryReport:
     """Claim the notifications that are due and deliver them one after another (the
     dispatcher, ``airlock.workers.tasks.dispatcher``, sends a claim's concurrently)."""
@@ -85,7 +95,7 @@ def deliver_due(
         batch := store.outbox.claim(limit - delivered - failed, TAKE_FOR)
     ):
         for taken in batch:
-            if deliver(store, taken, send, render, retries):
+            if deliver(store, taken, send, render, retries, traced=traced):
                 delivered += 1
             else:
                 failed += 1
@@ -98,6 +108,8 @@ def deliver(
     send: Send,
     render: Render,
     retries: Retries = DEFAULT_RETRIES,
+    *,
+    traced: Traced = _untraced,
 ) -> bool:
     """One attempt at a claimed notification: every attempt sends the same body under
     the same webhook-id and settles the row; a failed one is told in the run's audit
@@ -116,7 +128,8 @@ def deliver(
         "attempt": taken.attempts,
     }
     try:
-        status = send(body, taken.webhook_id)
+        with on_behalf(traced(taken.run_id)):  # its traceparent, when traces are on
+            status = send(body, taken.webhook_id)
     except DeliveryError as exc:
         last = exc.final or taken.attempts >= retries.attempts
         again = None if last else retries.after(taken.attempts)

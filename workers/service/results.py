@@ -55,6 +55,12 @@ class DecisionResult:
     grants: tuple[str, ...] = ()
     """When the decision asked for standing grants: those this principal gave on this
     turn (none when the turn was decided already, by another request)."""
+    agent: str | None = None
+    """The run's agent, when the request was judged on the turn the run waited on."""
+    suspended_at: datetime | None = None
+    """When the run began to wait on that turn (for the wait's metric and span)."""
+    trace_context: str | None = None
+    """The run's span context (for the wait's span)."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from airlock.workers.service.ledger import LedgerExecutor
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.principals import Requester
 from airlock.workers.service.registry import Registry, UnknownAgentError
+from airlock.workers.service.tracing import NO_TRACES, Traces
 
 log = logging.getLogger("airlock")
 
@@ -116,6 +117,7 @@ class Segments:
     announce: Callable[[EventType, str], None]
     """Wake a deliverer of the outbox after the commit."""
     policy: PolicyHolder | None = None
+    traces: Traces = NO_TRACES
 
     def run(
         self, run_id: str, owner: str, take_over: str | None = None, *, adopt: bool = False
@@ -206,24 +208,28 @@ class Segments:
             ):
                 raise LeaseLostError(f"run {run.id} is no longer leased to {owner}")
 
-        loop = ToolLoop(
-            events=sink,
-            executor=McpGuard(executor, self.store, sink.note),
-            write_ahead=write_ahead,
-            policy=self._policy(run),
-        )
-        try:
-            if state is None:
-                result = loop.run(agent, run.input, run_id=run.id)
-            elif not state.awaits_decision:  # redone from a write-ahead checkpoint
-                result = loop.resume(agent, state, {})
-            else:
-                decision, approver = self._decision(run, state)
-                decisions = to_loop_decisions(decision, state)
-                result = loop.resume(agent, state, decisions, approver=approver)
-        except ApprovalRequired as pause:
-            return self._suspend(run, owner, agent, pause.state, sink.take())
-        return self._complete(run, owner, result, sink.take())
+        rules = {c.id: c.policy.rule for c in state.pending_calls if c.policy} if state else {}
+        with self.traces.segment(run.id, agent, run.trace_context, rules) as traced:
+            loop = ToolLoop(
+                events=traced.wrap(sink),
+                executor=McpGuard(executor, self.store, sink.note),
+                write_ahead=write_ahead,
+                policy=self._policy(run),
+            )
+            try:
+                if state is None:
+                    result = loop.run(agent, run.input, run_id=run.id)
+                elif not state.awaits_decision:  # redone from a write-ahead checkpoint
+                    result = loop.resume(agent, state, {})
+                else:
+                    decision, approver = self._decision(run, state)
+                    decisions = to_loop_decisions(decision, state)
+                    result = loop.resume(agent, state, decisions, approver=approver)
+            except ApprovalRequired as pause:
+                if traced.stored is not None:  # the next segment links to this one
+                    self.store.runs.trace(run.id, traced.stored)
+                return self._suspend(run, owner, agent, pause.state, sink.take())
+            return self._complete(run, owner, result, sink.take())
 
     def _policy(self, run: Claim) -> RunPolicy | None:
         """The policies this segment judges new turns by, with the run's requester and

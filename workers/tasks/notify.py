@@ -32,6 +32,7 @@ from standardwebhooks import Webhook
 from airlock.providers.http import client
 from airlock.providers.transport import DEADLINE as WITHIN
 from airlock.workers.service import DeliveryError, DeliveryReport, Service
+from airlock.workers.service.tracing import outbound_headers
 from airlock.workers.service.views import run_view
 
 __all__ = ["Delivery", "DeliveryError", "deliver", "deliver_due"]
@@ -94,6 +95,7 @@ def deliver(
     }
     if secret:
         headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, body)
+    headers |= outbound_headers()  # the run's traceparent, when traces are on
     status = _post(url, body, headers, timeout)
     if (refused := refusal(url, status)) is not None:
         raise refused

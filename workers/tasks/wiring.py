@@ -15,7 +15,8 @@ from airlock.workers.service import Enqueue, Limits, Notify, Service
 from airlock.workers.service.policy_file import PolicyHolder
 from airlock.workers.service.registry import Registry
 from airlock.workers.service.settings import Settings, settings
-from airlock.workers.tasks import broker, dispatcher
+from airlock.workers.service.tracing import Traces, traces_from_env
+from airlock.workers.tasks import broker, dispatcher, metrics
 
 
 def limits_of(config: Settings) -> Limits:
@@ -53,7 +54,14 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
         limits=limits_of(config),
         operator_roles=config.operators,
         policy=PolicyHolder.load(config.policy, config.policy_shadow),
+        traces=_traces(),
     )
+
+
+@lru_cache(maxsize=1)
+def _traces() -> Traces:
+    """The process's traces (one tracer provider, however many services it builds)."""
+    return traces_from_env()
 
 
 DISPATCH_POOL = 4
@@ -76,7 +84,9 @@ def service() -> Service:
     notifications on, a transition wakes this process's dispatcher, if it runs one."""
     config = settings()
     notify = dispatcher.wake_up if config.notify_url else None
-    return build_service(config, broker.enqueue_segment, notify)
+    built = build_service(config, broker.enqueue_segment, notify)
+    built.watchers.add(metrics.observe_decision)  # a worker's (the API has its own)
+    return built
 
 
 def check_broker() -> None:
