@@ -4,7 +4,6 @@ stderr with the exit code that says what went wrong."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import timedelta
 from typing import NoReturn
 
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
+from airlock.loop.durations import parse_seconds
 from airlock.persistence.db import hide_password, shown_url
 from airlock.workers.service import Stats
 from airlock.workers.service.decisions import grant_seconds
@@ -57,11 +57,14 @@ def emit(value: JsonValue) -> None:
 
 
 def parse_duration(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
-    n, unit = int(match[1]), match[2]
-    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+    """``--older-than``: read by the one duration parser (``airlock.loop.durations``)."""
+    try:
+        seconds = parse_seconds(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if seconds > timedelta.max.total_seconds():
+        raise typer.BadParameter(f"{text!r} is longer than any duration this can count")
+    return timedelta(seconds=seconds)
 
 
 def seconds_or_text(value: str) -> int | str:
