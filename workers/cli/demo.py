@@ -31,7 +31,7 @@ from standardwebhooks import Webhook
 
 from airlock.persistence import migrate as migrations
 from airlock.persistence import schema
-from airlock.workers.cli.app import STREAMS_GRACE
+from airlock.workers.cli.app import STREAMS_GRACE, built
 from airlock.workers.cli.output import without_password
 from airlock.workers.service.settings import settings
 from airlock.workers.service.views import event_summary
@@ -52,9 +52,10 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from airlock.workers.tasks.wiring import service  # noqa: PLC0415
+    from airlock.workers.tasks.wiring import service
 
     service.cache_clear()
+    built.cache_clear()
 
 
 def migrate() -> None:
