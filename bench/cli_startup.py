@@ -2,7 +2,8 @@
 ``stats`` and ``health beat`` on an empty embedded database (SQLite, in a temporary
 folder), each run ``--runs`` times; wall and CPU time (the CPU time is the process's
 own: a loaded host moves the wall time, less so the CPU's). The targets: ``--help``
-under 0.3 s, ``stats`` and ``health`` well under a second.
+under 0.3 s, ``stats`` and ``health`` well under a second. And how long ``airlock dev``
+takes to stop on Ctrl-C (item 8: under 2 s), from the SIGINT to its exit.
 
     .venv/bin/python -m bench.cli_startup [--runs 7]
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +43,33 @@ def timed(args: list[str], folder: Path) -> tuple[float, float]:
     return wall, cpu
 
 
+def dev_stop(folder: Path) -> float:
+    """Seconds from Ctrl-C (SIGINT) to ``airlock dev``'s exit, its API having answered."""
+    import httpx  # noqa: PLC0415 - only for this measure
+
+    from airlock.workers.cli.demo import free_port, poll  # noqa: PLC0415
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "airlock.workers", "dev", "--port", str(port)],
+        cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    poll("airlock dev", up, 120)
+    time.sleep(3)  # its worker and beat started too
+    start = time.perf_counter()
+    dev.send_signal(signal.SIGINT)
+    dev.wait(120)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=7)
@@ -59,6 +88,10 @@ def main() -> None:
             }
             print(f"airlock {name:<12} wall {results[name]['wall_median_s']:.3f} s, "
                   f"cpu {results[name]['cpu_median_s']:.3f} s (median of {runs})")  # fmt: skip
+        stops = [dev_stop(folder) for _ in range(max(1, runs // 2))]
+        results["dev_stop"] = {"wall_median_s": round(statistics.median(stops), 3)}
+        print(f"airlock dev stop   wall {results['dev_stop']['wall_median_s']:.3f} s "
+              f"(median of {len(stops)})")  # fmt: skip
     record("cli_startup", f"cli_startup --runs {runs}", results, runs=runs)
 
 

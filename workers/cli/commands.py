@@ -5,6 +5,7 @@ table and exit codes in ``airlock.workers.cli.app``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -236,7 +237,25 @@ def dev(
     from airlock.workers.cli.demo import run_dev
 
     _stop_on_sigterm()
-    raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))
+    try:
+        code = run_dev(console, port, new_secrets=new_secrets)
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn raises it again once its server stopped
+        code = 0
+    except SystemExit as exc:  # kill: _stop_on_sigterm
+        code = exc.code if isinstance(exc.code, int) else 1
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """Ends ``airlock dev`` once it has stopped what it started (its worker and beat,
+    its API): its output flushed, the process exits without the interpreter's teardown of
+    everything the API loaded, which took 1-2 s of a Ctrl-C on a busy host and freed
+    nothing the system does not (the database's changes are committed; SQLite keeps its
+    write-ahead log for the next opening)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _stop_on_sigterm() -> None:
