@@ -47,7 +47,9 @@ def test_events_are_a_table_with_dates_kinds_and_one_line_each(
         assert when(event.created_at) in row and f" {event.kind} " in row, row
         assert re.search(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}", row)
     assert '{"' not in shown.stdout  # no payload's raw JSON
-    (deny,) = [line for line in lines if " decision " in line]
+    denies = [row for row in rows if row.split("│")[3].strip() == "decision"]
+    assert len(denies) == 1, shown.stdout
+    deny = denies[0]
     assert "deny by olga via cli: not this one nor any other" in deny  # one line
     assert any("send_email → denied" in line or "send_email" in line for line in lines)
 

@@ -17,7 +17,7 @@ from airlock.workers.service.views import event_summary
         ),
         ("redis://:s3cret@redis:6379/0", "redis://:**@redis:6379/0"),
         ("amqp://guest:s3cret@rabbit//", "amqp://guest:**@rabbit//"),
-        ("sqlite:///./airlock.db", "sqlite:///./airlock.db"),
+        ("sqlite:////srv/airlock.db", "sqlite:////srv/airlock.db"),
         ("redis://redis:6379/0", "redis://redis:6379/0"),
         ("filesystem://", "filesystem://"),
     ],

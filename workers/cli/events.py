@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from airlock.workers.cli.app import JsonOption, require_run, runs_app, service
-from airlock.workers.cli.output import console, emit, fail, print_listing
+from airlock.workers.cli.output import console, emit, fail
 
 if TYPE_CHECKING:
     from airlock.persistence.domain import RunEvent
@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 FOLLOW_EVERY = 0.5
 """Seconds between two reads of a followed run's new events."""
 
-SUMMARY_WIDTH = 160
+SUMMARY_WIDTH = 120
 
-SUMMARY_WIDTH = 160
+SUMMARY_WIDTH = 120
 
 FollowOption = Annotated[
     bool,
@@ -51,10 +51,13 @@ def runs_events(run_id: str, as_json: JsonOption = False, follow: FollowOption =
     if as_json:
         emit([event_view(e) for e in events])
         return
-    table = Table("seq", "time (UTC)", "kind", "what happened")
+    table = Table()
+    for column in ("seq", "time (UTC)", "kind"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("what happened", ratio=1)  # wraps in its cell in a narrow terminal
     for e in events:
         table.add_row(str(e.seq), when(e.created_at), e.kind, summary(e))
-    print_listing(table)
+    console.print(table)
 
 
 def when(at: datetime) -> str:

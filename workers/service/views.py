@@ -304,6 +304,8 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
             return f"{done}: {clip(str(payload.get('output') or ''), 100)}"
         case "failed":
             return clip(str(payload.get("error", "")), 120)
+        case "resumed":
+            return f"resumed after the decision (model calls so far: {payload.get('iterations')})"
         case _:
             return _fields(payload)
 
