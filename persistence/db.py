@@ -43,8 +43,12 @@ def hide_password(url: str) -> str:
 
 def shown_url(url: str | URL) -> str:
     """A database URL as it may be printed: its password, in its user part or its
-    query, shown as ``***``."""
+    query, shown as ``***``; an SQLite file named relative to the folder the process runs
+    in, by its absolute path (a hint read in another folder names the file it means)."""
     parsed = make_url(url) if isinstance(url, str) else url
+    file = sqlite_file(parsed)
+    if file is not None and not file.is_absolute():
+        parsed = parsed.set(database=str(file.absolute()))
     return hide_query_password(parsed.render_as_string(hide_password=True))
 
 

@@ -12,22 +12,11 @@ from pydantic import JsonValue
 
 from airlock.loop import Usage
 
-
-class RunStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING_FOR_APPROVAL = "waiting_for_approval"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-ACTIVE = frozenset(set(RunStatus) - TERMINAL)
+# re-exported: they live where the `airlock` command reads them without this module's imports
+from airlock.persistence.status import ACTIVE as ACTIVE  # noqa: PLC0414
+from airlock.persistence.status import TERMINAL as TERMINAL  # noqa: PLC0414
+from airlock.persistence.status import GrantScope as GrantScope  # noqa: PLC0414
+from airlock.persistence.status import RunStatus as RunStatus  # noqa: PLC0414
 
 
 class CallStatus(StrEnum):
@@ -226,9 +215,6 @@ class Page:
 class Reclaimed:
     requeued: tuple[str, ...]
     failed: tuple[str, ...]
-
-
-GrantScope = Literal["call", "run"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,11 @@ def upgrade_or_explain(url: str, revision: str = "head") -> str | None:
     """Migrate the database to ``revision``; or one line that names it and says why it
     could not be (None: done)."""
     shown = shown_url(url)
+    file = sqlite_file(url)
+    if file is not None and not file.parent.is_dir():
+        return (
+            f"cannot use the database {shown}: the folder {file.parent.absolute()} does not exist"
+        )
     try:
         upgrade(url, revision)
     except DBAPIError as exc:  # refused, no such database or folder…
@@ -130,7 +135,7 @@ def check(engine: Engine) -> SchemaStatus:
     head = head_revision(url)
     match sqlite_file(url):
         case Path() as file if not file.parent.is_dir():
-            reason = f"the folder {file.parent} does not exist"
+            reason = f"the folder {file.parent.absolute()} does not exist"
             return SchemaStatus(SchemaState.UNREACHABLE, shown, head, reason=reason)
         case Path() as file if not file.exists():
             return SchemaStatus(SchemaState.ABSENT, shown, head)

@@ -12,6 +12,7 @@ from typing import cast
 
 from pydantic import JsonValue
 
+from airlock.loop.durations import duration_seconds
 from airlock.loop.errors import AirlockError
 from airlock.loop.policy.bounds import MAX_GLOB_LENGTH, CompileRegex, Regex, compile_pattern
 from airlock.loop.policy.locate import Locator
@@ -25,8 +26,6 @@ RULE_KEYS = frozenset(
     | {"approvers", "quorum", "expires_in", "default", "edits"}
 )
 ASK_KEYS = frozenset({"approvers", "quorum", "expires_in", "default", "edits"})
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$", re.ASCII)  # not "٣h"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class PolicyError(AirlockError):
@@ -264,18 +263,3 @@ def _plain(value: object) -> object:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
-
-
-def duration_seconds(value: object) -> float | None:
-    """A positive duration, as seconds (a whole number) or ``"30m"``, ``"2h"``, ``"1d"``;
-    None for anything else. ``inf`` for one too long for a float (``10**400``, or 400
-    digits and a unit): the caller's upper bound refuses it."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        try:
-            return float(value)
-        except OverflowError:  # an int too large for a float
-            return math.inf
-    found = _DURATION.match(value) if isinstance(value, str) else None
-    if found is None or float(found.group(1)) <= 0:
-        return None
-    return float(found.group(1)) * _UNITS[found.group(2)]

@@ -161,6 +161,19 @@ def test_db_recount_repairs_the_tallies(
     assert service.stats().runs[RunStatus.QUEUED] == 1
 
 
+@pytest.mark.parametrize("window", ["\u0663d", "3\u0661h", "\uff13d", "3 days", "-1d"])
+def test_purge_refuses_a_duration_not_of_ascii_digits_and_removes_nothing(
+    cli_env: dict[str, str], tmp_path: Path, service: Service, window: str
+) -> None:
+    """Issue 47, item 10: ``--older-than ٣d`` (an Arabic-Indic three) was read as 3d."""
+    run, _ = service.start_run("w1", "x")
+    service.cancel(run.id, by=Principal.trusted("test"))
+    refused = airlock("purge", "--older-than", window, env=cli_env, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "not a duration" in refused.stderr and "ASCII" in refused.stderr
+    assert service.store.runs.get(run.id) is not None
+
+
 def test_stats_says_when_the_sweeper_ran(
     cli_env: dict[str, str], tmp_path: Path, service: Service
 ) -> None:

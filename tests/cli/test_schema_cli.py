@@ -93,7 +93,6 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
     from airlock.workers.cli import app as cli_app
     from airlock.workers.cli import commands as cli
     from airlock.workers.service.settings import settings
-    from airlock.workers.tasks import wiring
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
@@ -101,15 +100,15 @@ def test_tables_gone_under_a_running_command_are_one_line_too(
     monkeypatch.setattr(cli_app, "ready_database", lambda: None)
     monkeypatch.setattr(sys, "argv", ["airlock", "runs", "list"])
     settings.cache_clear()
-    wiring.service.cache_clear()
+    cli_app.built.cache_clear()
     try:
         with pytest.raises(SystemExit) as exit:
             cli.main()
     finally:
-        if wiring.service.cache_info().currsize:
-            wiring.service().store.engine.dispose()
+        if cli_app.built.cache_info().currsize:
+            cli_app.built().store.engine.dispose()
         settings.cache_clear()
-        wiring.service.cache_clear()
+        cli_app.built.cache_clear()
     assert exit.value.code == NOT_READY
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "airlock db upgrade" in lines[0], lines

@@ -6,6 +6,7 @@ pages stay true. The blocks that moved from the README to docs/ (issue 29) run t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from tests.docs.readme import (
     DOCS,
     README,
     ROOT,
+    SHELLS,
     Block,
     File,
     FreshCopy,
@@ -180,3 +182,26 @@ def test_the_quick_start_runs_in_a_fresh_copy(block: Block, tmp_path: Path) -> N
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"{block.where}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_one_name_for_a_run_id_across_the_pages(page: Path) -> None:
+    """A run's id is ``$RUN_ID`` on every page (issue 47, item 5: docs/http-api.md said
+    ``$RUN`` where the README says ``$RUN_ID``)."""
+    others = re.findall(r"\$\{?(RUN\w*)", page.read_text())
+    assert {name for name in others if name != "RUN_ID"} == set()
+
+
+def test_every_shell_block_not_run_says_why() -> None:
+    """The blocks of commands no test runs, each with its reason: the only ones that
+    need what a test here has not (Docker, an identity provider) or are the suite."""
+    not_run = {
+        block.where: mark.reason
+        for page in pages()
+        for block in page_blocks(page)
+        if block.language in SHELLS and isinstance(mark := block.mark(), NotRun)
+    }
+    assert all(len(reason.split()) >= 3 for reason in not_run.values()), not_run
+    assert sorted(p.split(":")[0] for p in not_run) == [
+        "README.md", "docs/deploy.md", "docs/deploy.md", "docs/principals.md",
+    ]  # fmt: skip

@@ -144,6 +144,7 @@ def test_an_approver_walks_the_inbox_in_a_real_browser(  # noqa: PLR0915 - one w
     diff = page.locator('[data-diff="call_0_0"]').inner_text()
     assert "amount" in diff and "12" in diff and "7" in diff
     assert page.locator("#form-error").is_hidden()  # cleared once the fields are valid
+    page.locator('input[name="decision"][value="approve"]').check()  # nothing by default
     page.screenshot(path=str(shots / "inbox-run.png"), full_page=True)
     page.get_by_role("button", name="Submit decision").click()
     page.wait_for_url(f"{base}/inbox/runs/{run_id}?notice=recorded")

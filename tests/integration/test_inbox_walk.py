@@ -170,6 +170,7 @@ def test_axe_finds_no_serious_violation_on_a_desktop_or_a_phone(inbox: Inbox, sc
         page = inbox.page(**options, color_scheme=scheme)
         found[f"{device} queue"] = audit(page)
         page.goto(f"{inbox.base}/inbox/runs/{run_id}")
+        page.locator('input[name="decision"][value="approve"]').check()  # nothing by default
         page.locator('input[name="call.call_0_1"][value="edit"]').check()
         page.locator('[id="edit.call_0_1.amount"]').fill("5")
         page.locator("#summary [data-outcome]", has_text="amount = 5").wait_for()

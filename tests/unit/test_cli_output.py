@@ -17,7 +17,7 @@ from airlock.workers.service.views import event_summary
         ),
         ("redis://:s3cret@redis:6379/0", "redis://:**@redis:6379/0"),
         ("amqp://guest:s3cret@rabbit//", "amqp://guest:**@rabbit//"),
-        ("sqlite:///./airlock.db", "sqlite:///./airlock.db"),
+        ("sqlite:////srv/airlock.db", "sqlite:////srv/airlock.db"),
         ("redis://redis:6379/0", "redis://redis:6379/0"),
         ("filesystem://", "filesystem://"),
     ],
@@ -102,4 +102,14 @@ def test_an_event_summary_says_where_it_cut_a_long_result() -> None:
     short = event_summary("tool", {"name": "lookup", "outcome": "ok", "result": "done"})
     assert short == "lookup → ok: done"
     one_word = event_summary("other", {"x": "y" * 200})
-    assert one_word.endswith("…") and len(one_word) == 70
+    assert one_word.startswith("x: y") and one_word.endswith("…") and len(one_word) <= 120
+
+
+def test_an_event_with_no_words_of_its_own_is_shown_as_fields_not_json() -> None:
+    """Issue 47, item 4: ``runs events`` printed every payload's raw JSON."""
+    summary = event_summary(
+        "expired", {"action": "deny", "by": {"kind": "system", "name": "expiry"}, "n": 2}
+    )
+    assert summary == "action: deny; by: kind=system, name=expiry; n: 2"
+    assert event_summary("request", {"agent": "w1", "input": "mail\n42"}) == "w1 asked: mail 42"
+    assert event_summary("other", {}) == "—"

@@ -191,3 +191,15 @@ def test_what_the_summary_says_is_what_the_loop_does(whole: str, first: str, sec
     assert ran == [(o.name, dict(o.arguments)) for o in said.running]
     told = {m.call_id: m.content for m in result.transcript if isinstance(m, ToolResultMessage)}
     assert {o.id: told[o.id] for o in said.denied} == {o.id: o.told for o in said.denied}
+
+
+def test_an_event_with_no_words_of_its_own_shows_lists_in_words() -> None:
+    """Issue 47, item 6: ``approved_by: []`` was shown as raw data."""
+    (entry,) = timeline(
+        [{"seq": 1, "kind": "tallied", "created_at": "", "payload": {"approved_by": [], "n": 1}}]
+    )
+    assert entry.what == "approved by=none, n=1"
+    (entry,) = timeline(
+        [{"seq": 2, "kind": "tallied", "created_at": "", "payload": {"approved_by": ["a", "b"]}}]
+    )
+    assert entry.what == "approved by=a, b"

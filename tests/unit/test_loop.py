@@ -463,3 +463,18 @@ def test_a_marker_tool_subclass_needs_little_and_a_sink_may_be_a_list() -> None:
     )
     assert wiped == ["users"] and result.output == "gone"
     assert seen[-1] == "completed"
+
+
+def test_a_scripted_answer_can_say_what_the_calls_gave() -> None:
+    """Issue 47, item 1: a script's last words quote its calls' results, so a denied
+    call's run does not end saying it ran."""
+    agent = make_agent(
+        [calls(call("send_email", to="a", body="1")), answer("Mail: {tool_result}")], Recorder()
+    )
+    denied = ToolLoop().resume(agent, suspend(ToolLoop(), agent), Deny(reason="not today"))
+    assert denied.output == (
+        'Mail: Error: tool "send_email" was denied by the operator. Reason: not today'
+    )
+    approved = ToolLoop().resume(agent, suspend(ToolLoop(), agent), Approve())
+    assert approved.output is not None and "denied" not in approved.output
+    assert approved.output.startswith("Mail: ") and approved.output != "Mail: "

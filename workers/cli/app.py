@@ -8,38 +8,44 @@ or ahead of this version's, or a database that cannot be reached) · 4 no such r
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
-from airlock.loop import DecisionError, StateError
-from airlock.loop.errors import AirlockError
-from airlock.persistence import schema
-from airlock.persistence.db import ConfigurationError
-from airlock.persistence.domain import Run
-from airlock.persistence.store import BadCursorError, UnknownRunError
 from airlock.workers.cli.output import errors, fail
-from airlock.workers.service import ConflictError, ForbiddenError, Service
-from airlock.workers.service.registry import UnknownAgentError
-from airlock.workers.service.settings import settings
+
+if TYPE_CHECKING:
+    from airlock.loop.errors import AirlockError
+    from airlock.persistence.domain import Run
+    from airlock.workers.service import Service
 
 NOT_READY = 3
 """The exit code of a command whose database is not ready for it."""
 
-ANSWERS: tuple[tuple[type[AirlockError], int], ...] = (
-    (UnknownRunError, 4),
-    (UnknownAgentError, 2),
-    (BadCursorError, 2),
-    (DecisionError, 2),
-    (ConfigurationError, 2),
-    (ConflictError, 1),
-    (ForbiddenError, 1),
-    (StateError, 1),
-)
-"""The exit code of each error the service raises for what it was asked (the first
-that matches); any other is a bug, and shows its traceback."""
+
+def answers() -> tuple[tuple[type[AirlockError], int], ...]:
+    """The exit code of each error the service raises for what it was asked (the first
+    that matches); any other is a bug, and shows its traceback. Imported when a command
+    failed: by then it has loaded them (``--help`` loads none of them)."""
+    from airlock.loop import DecisionError, StateError
+    from airlock.persistence.db import ConfigurationError
+    from airlock.persistence.store import BadCursorError, UnknownRunError
+    from airlock.workers.service import ConflictError, ForbiddenError
+    from airlock.workers.service.registry import UnknownAgentError
+
+    return (
+        (UnknownRunError, 4),
+        (UnknownAgentError, 2),
+        (BadCursorError, 2),
+        (DecisionError, 2),
+        (ConfigurationError, 2),
+        (ConflictError, 1),
+        (ForbiddenError, 1),
+        (StateError, 1),
+    )
 
 
 STREAMS_GRACE = 5
@@ -49,7 +55,13 @@ resumes from its last event id, on another replica or this one restarted)."""
 
 
 def exit_code(exc: BaseException) -> int | None:
-    return next((code for kind, code in ANSWERS if isinstance(exc, kind)), None)
+    if "airlock.loop.errors" not in sys.modules:  # no AirlockError can have been raised
+        return None
+    from airlock.loop.errors import AirlockError
+
+    if not isinstance(exc, AirlockError):
+        return None
+    return next((code for kind, code in answers() if isinstance(exc, kind)), None)
 
 
 class Answering(TyperGroup):
@@ -59,7 +71,7 @@ class Answering(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer.Context (its click, vendored)
         try:
             return super().invoke(ctx)
-        except AirlockError as exc:
+        except Exception as exc:
             code = exit_code(exc)
             if code is None:
                 raise
@@ -88,15 +100,33 @@ def service() -> Service:
     """The service, once the database is known to be this version's: before that,
     nothing is built (no SQLite file, no broker folder is made by a command that fails)."""
     ready_database()
-    from airlock.workers.tasks.wiring import service as build  # noqa: PLC0415 - wiring on demand
+    return built()
 
-    return build()
+
+@lru_cache(maxsize=1)
+def built() -> Service:
+    """The command's one service. It publishes through the Celery runtime, imported when
+    a command first publishes: a command that only reads (``runs list``, ``stats``) loads
+    no Celery. No notification dispatcher runs in a command: nothing to wake."""
+    from airlock.workers.service.assembly import build_service
+    from airlock.workers.service.settings import settings
+
+    return build_service(settings(), publish)
+
+
+def publish(run_id: str, delay: float | None = None) -> None:
+    from airlock.workers.tasks.broker import enqueue_segment
+
+    enqueue_segment(run_id, delay)
 
 
 @lru_cache(maxsize=1)
 def ready_database() -> None:
     """Exit 3, saying in one line what is wrong and what fixes it, unless the
     database's schema is this version's."""
+    from airlock.persistence import schema
+    from airlock.workers.service.settings import settings
+
     status = schema.check_url(settings().database_url)
     if not status.ready:
         fail(status.problem, NOT_READY)

@@ -5,19 +5,18 @@ table and exit codes in ``airlock.workers.cli.app``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError
 
-from airlock.persistence import schema
-from airlock.persistence.db import ConfigurationError
-from airlock.workers.cli import grants, mcp, policy, runs
+from airlock.workers.cli import events, grants, mcp, policy, runs
 from airlock.workers.cli.app import (
     NOT_READY,
     PASSTHROUGH,
@@ -28,10 +27,8 @@ from airlock.workers.cli.app import (
     service,
 )
 from airlock.workers.cli.output import console, errors, fail, without_password
-from airlock.workers.service import SweeperState
-from airlock.workers.service.settings import settings
 
-__all__ = ["app", "grants", "main", "mcp", "policy", "runs", "service"]
+__all__ = ["app", "events", "grants", "main", "mcp", "policy", "runs", "service"]
 
 # -- schema and processes -----------------------------------------------------------------
 
@@ -39,6 +36,9 @@ __all__ = ["app", "grants", "main", "mcp", "policy", "runs", "service"]
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to AIRLOCK_DATABASE_URL (default: sqlite:///./airlock.db)."""
+    from airlock.persistence import schema
+    from airlock.workers.service.settings import settings
+
     url = settings().database_url
     if (problem := schema.upgrade_or_explain(url, revision)) is not None:
         fail(problem, NOT_READY)
@@ -60,9 +60,9 @@ def worker(ctx: typer.Context) -> None:
     unless -P says, it runs -P gevent (-c 200 unless given): one process keeps hundreds
     of segments in flight while they wait on their models. On the embedded broker,
     Celery's default pool (prefork). More processes: more replicas of this command."""
-    import click  # noqa: PLC0415 - Celery's command line is click's
+    import click  # Celery's command line is click's
 
-    from airlock.workers.cli.worker_options import pool_of, usage_error, worker_arguments  # noqa: PLC0415
+    from airlock.workers.cli.worker_options import pool_of, usage_error, worker_arguments
 
     if (error := usage_error(ctx.args)) is not None:
         fail(error, 2)
@@ -74,7 +74,7 @@ def worker(ctx: typer.Context) -> None:
             "`python -m airlock.workers worker`, not `python -m airlock.workers.cli.commands`",
             2,
         )
-    from airlock.workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
+    from airlock.workers.tasks import app as celery  # with its tasks and steps
 
     try:
         celery.worker_main(["worker", *arguments])
@@ -84,10 +84,10 @@ def worker(ctx: typer.Context) -> None:
 
 def _patched(pool: str | None) -> bool:
     if pool == "gevent":
-        from gevent import monkey  # type: ignore[import-untyped]  # noqa: PLC0415
+        from gevent import monkey  # type: ignore[import-untyped]
 
         return bool(monkey.is_module_patched("socket"))
-    from eventlet import patcher  # type: ignore[import-not-found]  # noqa: PLC0415
+    from eventlet import patcher  # type: ignore[import-not-found]
 
     return bool(patcher.is_monkey_patched("socket"))
 
@@ -97,7 +97,8 @@ def beat(ctx: typer.Context) -> None:
     """Run Celery beat: the sweeper, approval expiry and retention purge. Its schedule
     file is AIRLOCK_HOME/celerybeat-schedule unless -s names another; its folder is
     created."""
-    from airlock.workers.cli.worker_options import option  # noqa: PLC0415
+    from airlock.workers.cli.worker_options import option
+    from airlock.workers.service.settings import settings
 
     given = option(ctx.args, "-s", "--schedule")
     folder = (Path(given) if given else settings().beat_schedule).absolute().parent
@@ -108,7 +109,7 @@ def beat(ctx: typer.Context) -> None:
         one_line(f"cannot create {folder} for beat's schedule file: {exc.strerror}", 2)
     if not writable:
         one_line(f"cannot write beat's schedule file in {folder}: permission denied", 2)
-    from airlock.workers.tasks import app as celery  # noqa: PLC0415 - with its tasks and steps
+    from airlock.workers.tasks import app as celery  # with its tasks and steps
 
     celery.start(["beat", *ctx.args])
 
@@ -136,7 +137,7 @@ def health(
 
 
 def _worker_health(timeout: float) -> tuple[bool, str]:
-    from airlock.workers.tasks.broker import nodes_of_this_host  # noqa: PLC0415
+    from airlock.workers.tasks.broker import nodes_of_this_host
 
     nodes = nodes_of_this_host(timeout)
     if not nodes:
@@ -148,11 +149,17 @@ def _worker_health(timeout: float) -> tuple[bool, str]:
 
 def _database_problem() -> str | None:
     """What is wrong with the database, in one line naming it (None: it is ready)."""
+    from airlock.persistence import schema
+    from airlock.workers.service.settings import settings
+
     status = schema.check_url(settings().database_url)
     return None if status.ready else status.problem
 
 
 def _beat_health(timeout: float) -> tuple[bool, str]:
+    from airlock.workers.service import SweeperState
+    from airlock.workers.service.settings import settings
+
     del timeout
     if (problem := _database_problem()) is not None:
         return False, problem
@@ -169,7 +176,9 @@ def _beat_health(timeout: float) -> tuple[bool, str]:
 
 
 def _api_health(timeout: float) -> tuple[bool, str]:
-    import httpx  # noqa: PLC0415
+    import httpx
+
+    from airlock.workers.service.settings import settings
 
     url = f"http://127.0.0.1:{settings().api_port}/readyz"
     answer = httpx.get(url, timeout=timeout)
@@ -194,7 +203,9 @@ def api(
     ] = False,
 ) -> None:
     """Serve the HTTP API (airlock.workers.api:app) with uvicorn."""
-    import uvicorn  # noqa: PLC0415 - load the server on demand
+    import uvicorn
+
+    from airlock.workers.service.settings import settings
 
     port = settings().api_port if port is None else port
     uvicorn.run(
@@ -211,7 +222,7 @@ def api(
 def demo() -> NoReturn:
     """The whole story on embedded defaults, in a temporary folder, with no server:
     enqueue → wait → signed approval → resume → done, with the event stream."""
-    from airlock.workers.cli.demo import run_demo  # noqa: PLC0415
+    from airlock.workers.cli.demo import run_demo
 
     _stop_on_sigterm()
     raise typer.Exit(run_demo(console))
@@ -231,10 +242,28 @@ def dev(
     """API + worker + beat in one command on embedded defaults (./airlock.db, ./.airlock).
     The API token and webhook secret are kept in $AIRLOCK_HOME/dev.env across restarts
     (AIRLOCK_API_TOKEN and AIRLOCK_WEBHOOK_SECRET set in the environment win)."""
-    from airlock.workers.cli.demo import run_dev  # noqa: PLC0415
+    from airlock.workers.cli.demo import run_dev
 
     _stop_on_sigterm()
-    raise typer.Exit(run_dev(console, port, new_secrets=new_secrets))
+    try:
+        code = run_dev(console, port, new_secrets=new_secrets)
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn raises it again once its server stopped
+        code = 0
+    except SystemExit as exc:  # kill: _stop_on_sigterm
+        code = exc.code if isinstance(exc.code, int) else 1
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """Ends ``airlock dev`` once it has stopped what it started (its worker and beat,
+    its API): its output flushed, the process exits without the interpreter's teardown of
+    everything the API loaded, which took 1-2 s of a Ctrl-C on a busy host and freed
+    nothing the system does not (the database's changes are committed; SQLite keeps its
+    write-ahead log for the next opening)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _stop_on_sigterm() -> None:
@@ -255,18 +284,34 @@ def _stop_on_sigterm() -> None:
 def main() -> None:
     try:
         app()
-    except ConfigurationError as exc:
-        errors.print(f"[red]airlock:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise SystemExit(2) from exc
-    except DBAPIError as exc:  # the database went, or its schema changed, under the command
-        if schema.is_schema_error(exc):
-            problem = "the database's schema is not this version's: run `airlock db upgrade`"
-        elif isinstance(exc, OperationalError):
-            problem = f"the database failed: {schema.first_line(exc)}"
-        else:
+    except Exception as exc:
+        if (answer := _answer(exc)) is None:
             raise
+        code, problem = answer
         errors.print(f"[red]airlock:[/red] {problem}", highlight=False, soft_wrap=True)
-        raise SystemExit(NOT_READY) from exc
+        raise SystemExit(code) from exc
+
+
+def _answer(exc: Exception) -> tuple[int, str] | None:
+    """Bad configuration (exit 2), or a database that went or whose schema changed under
+    the command (exit 3), in one line; None for anything else (imported once a command
+    failed: by then it has loaded them)."""
+    if "airlock.persistence.db" not in sys.modules:  # nor can any of them have been raised
+        return None
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    from airlock.persistence import schema
+    from airlock.persistence.db import ConfigurationError
+
+    if isinstance(exc, ConfigurationError):
+        return 2, str(exc)
+    if not isinstance(exc, DBAPIError):
+        return None
+    if schema.is_schema_error(exc):
+        return NOT_READY, "the database's schema is not this version's: run `airlock db upgrade`"
+    if isinstance(exc, OperationalError):
+        return NOT_READY, f"the database failed: {schema.first_line(exc)}"
+    return None
 
 
 if __name__ == "__main__":

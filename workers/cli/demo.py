@@ -31,7 +31,7 @@ from standardwebhooks import Webhook
 
 from airlock.persistence import migrate as migrations
 from airlock.persistence import schema
-from airlock.workers.cli.app import STREAMS_GRACE
+from airlock.workers.cli.app import built
 from airlock.workers.cli.output import without_password
 from airlock.workers.service.settings import settings
 from airlock.workers.service.views import event_summary
@@ -52,9 +52,10 @@ def configure(env: dict[str, str]) -> None:
     """Make this process, and the processes it starts, use ``env``."""
     os.environ.update(env)
     settings.cache_clear()
-    from airlock.workers.tasks.wiring import service  # noqa: PLC0415
+    from airlock.workers.tasks.wiring import service
 
     service.cache_clear()
+    built.cache_clear()
 
 
 def migrate() -> None:
@@ -67,31 +68,38 @@ def celery_process(kind: str, log: Path, *args: str) -> AbstractContextManager[o
     )
 
 
-def airlock_worker(log: Path, *args: str) -> AbstractContextManager[object]:
-    """``airlock worker``: with AIRLOCK_NOTIFY_URL set, notifications are delivered by a
-    consumer of their own beside it."""
-    return process([sys.executable, "-m", "airlock.workers", "worker", "-l", "info", *args], log)
-
-
 @contextmanager
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = spawn(argv, log)
     try:
         yield proc
     finally:
-        # TERM to the process alone, as an operator's `kill` or a container stop: a
-        # Celery worker then stops its pool's processes itself (TERM to the whole group
-        # killed them under it, and it logged each as an ERROR). KILL to the group, its
-        # children too, only when it overstays.
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop([proc], grace=20)
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` in a session of its own (Ctrl-C in the terminal reaches only us), its
+    output appended to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """TERM to each process alone, all at once, as an operator's `kill` or a container
+    stop: a Celery worker then stops its pool's processes itself (TERM to the whole group
+    killed them under it, and it logged each as an ERROR). KILL to the group of each that
+    is still there after ``grace`` seconds, its children too."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @contextmanager
@@ -351,14 +359,33 @@ def run_dev(console: Console, port: int, *, new_secrets: bool = False) -> int:
         highlight=False,
     )
     console.print(f"logs       {config.home / 'worker.log'}, {config.home / 'beat.log'}")
-    with (
-        airlock_worker(config.home / "worker.log", "-c", "2"),
-        celery_process("beat", config.home / "beat.log", "-s", str(config.home / "beat-schedule")),
-    ):
+    _serve(config.home, port)
+    return 0
+
+
+DEV_STOP_GRACE = 0.5
+"""Seconds ``airlock dev``'s worker and beat get to stop after its API has (both at
+once), before they are killed: beat saves its schedule in that time, while a Celery
+worker on the embedded broker takes 4-7 s to stop warm (its consumer polls every 2 s),
+and Ctrl-C in development is to stop now. A run the worker was working on is continued
+after its lease, as after a crash."""
+
+DEV_STREAMS_GRACE = 1
+"""Seconds ``airlock dev``'s API waits for open event streams (an inbox left open) as
+it stops."""
+
+
+def _serve(home: Path, port: int) -> None:
+    worker = [sys.executable, "-m", "airlock.workers", "worker", "-l", "info", "-c", "2"]
+    beat = [sys.executable, "-m", "celery", "-A", "airlock.workers", "beat", "-l", "info"]
+    started = [spawn(worker, home / "worker.log")]
+    try:
+        started.append(spawn([*beat, "-s", str(home / "beat-schedule")], home / "beat.log"))
         uvicorn.run(
             "airlock.workers.api:app",
             host="127.0.0.1",
             port=port,
-            timeout_graceful_shutdown=STREAMS_GRACE,
+            timeout_graceful_shutdown=DEV_STREAMS_GRACE,
         )
-    return 0
+    finally:
+        stop(started, grace=DEV_STOP_GRACE)

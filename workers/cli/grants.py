@@ -7,12 +7,10 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from airlock.workers.cli.app import JsonOption, app, service
 from airlock.workers.cli.output import console, emit, print_listing
 from airlock.workers.cli.runs import acting
-from airlock.workers.service.grants import view
 
 grants_app = typer.Typer(help="Standing grants: list, show, revoke.", no_args_is_help=True)
 app.add_typer(grants_app, name="grants")
@@ -26,6 +24,10 @@ def grants_list(
     as_json: JsonOption = False,
 ) -> None:
     """List the grants that stand now (with --all, every grant), newest first."""
+    from rich.table import Table
+
+    from airlock.workers.service.grants import view
+
     svc = service()
     now = svc.grants.now()
     found = svc.grants.list(state="all" if all_ else "active", agent=agent, limit=limit)
@@ -47,6 +49,8 @@ def grants_list(
 @grants_app.command("show")
 def grants_show(grant_id: str, as_json: JsonOption = False) -> None:
     """One grant, with the arguments it releases."""
+    from airlock.workers.service.grants import view
+
     svc = service()
     shown = view(svc.grants.get(grant_id), svc.grants.now())
     if as_json:

@@ -23,11 +23,11 @@ def main() -> None:
     if argv[:1] == ["worker"]:
         arguments = worker_arguments(argv[1:], os.environ)
         if usage_error(arguments) is None:  # else the command says what is wrong
-            from celery import maybe_patch_concurrency  # noqa: PLC0415 - before anything else
+            from celery import maybe_patch_concurrency
 
             # patches the standard library for -P gevent (or eventlet), as `celery worker` does
             maybe_patch_concurrency(["worker", *arguments])
-    from airlock.workers.cli.commands import main as cli  # noqa: PLC0415 - after the patches
+    from airlock.workers.cli.commands import main as cli
 
     cli()
 

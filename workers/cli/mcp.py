@@ -19,7 +19,7 @@ app.add_typer(mcp_app, name="mcp")
 
 
 def _servers() -> Servers:
-    from airlock.workers.mcp.tools import servers  # noqa: PLC0415 - the SDK on demand
+    from airlock.workers.mcp.tools import servers
 
     try:
         return servers()

@@ -4,19 +4,18 @@ stderr with the exit code that says what went wrong."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import timedelta
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from pydantic import JsonValue
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
-from rich.table import Table
 
-from airlock.persistence.db import hide_password, shown_url
-from airlock.workers.service import Stats
-from airlock.workers.service.decisions import grant_seconds
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from airlock.workers.service import Stats
 
 console = Console()
 errors = Console(stderr=True)
@@ -41,6 +40,8 @@ def without_password(url: str) -> str:
     (``?password=``, which libpq and redis-py take)."""
     if "://" not in url:
         return url
+    from airlock.persistence.db import hide_password, shown_url
+
     if url.startswith(("redis", "rediss", "amqp", "sqla+", "filesystem")):
         return hide_password(url)
     return shown_url(url)
@@ -57,11 +58,16 @@ def emit(value: JsonValue) -> None:
 
 
 def parse_duration(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 3600s")
-    n, unit = int(match[1]), match[2]
-    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+    """``--older-than``: read by the one duration parser (``airlock.loop.durations``)."""
+    from airlock.loop.durations import parse_seconds
+
+    try:
+        seconds = parse_seconds(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if seconds > timedelta.max.total_seconds():
+        raise typer.BadParameter(f"{text!r} is longer than any duration this can count")
+    return timedelta(seconds=seconds)
 
 
 def seconds_or_text(value: str) -> int | str:
@@ -72,6 +78,8 @@ def grant_duration(value: str | None) -> str | None:
     """``--for``, refused (exit 2) before anything is read or decided."""
     if value is None:
         return None
+    from airlock.workers.service.decisions import grant_seconds
+
     try:
         grant_seconds(seconds_or_text(value.strip()))
     except ValueError as exc:
@@ -82,6 +90,8 @@ def grant_duration(value: str | None) -> str | None:
 def print_turn(pending: JsonValue) -> None:
     if not isinstance(pending, dict):
         return
+    from rich.table import Table
+
     console.print(f"[bold]{'turn':>12}[/bold]  {pending['turn_digest']}")
     table = Table("call", "tool", "effect", "needs approval", "verdict", "arguments")
     for call in pending["calls"]:  # type: ignore[union-attr]
@@ -102,6 +112,8 @@ def _verdict(call: dict[str, JsonValue]) -> str:
 
 
 def progress_bar() -> Progress:
+    from rich.progress import BarColumn, Progress, TextColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -111,6 +123,8 @@ def progress_bar() -> Progress:
 
 
 def print_stats(figures: Stats) -> None:
+    from rich.table import Table
+
     age = figures.oldest_waiting_seconds
     table = Table("status", "runs")
     for status, n in figures.runs.items():

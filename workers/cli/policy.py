@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from airlock.loop.policy import Policy, PolicyError, lint, run_cases
 from airlock.workers.cli.app import app, require_run, service
 from airlock.workers.cli.output import console, fail
-from airlock.workers.service.policy_explain import Explanation, explain_run, schema_of
-from airlock.workers.service.policy_file import PolicyFileError, read_policy
-from airlock.workers.service.settings import settings
+
+if TYPE_CHECKING:
+    from airlock.loop.policy import Policy
+    from airlock.workers.service.policy_explain import Explanation
 
 policy_app = typer.Typer(help="The approval policy file (AIRLOCK_POLICY).", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")
@@ -29,6 +29,9 @@ PolicyOption = Annotated[
 def _load(path: Path | None) -> tuple[Path, Policy]:
     """The file named, else AIRLOCK_POLICY's (read as a worker reads it: regex
     conditions on RE2)."""
+    from airlock.workers.service.policy_file import PolicyFileError, read_policy
+    from airlock.workers.service.settings import settings
+
     path = path or settings().policy
     if path is None:
         fail("no policy file: name one (--policy FILE), or set AIRLOCK_POLICY", 2)
@@ -43,6 +46,8 @@ def check(path: FileArgument = None, policy_file: PolicyOption = None) -> None:
     """Parse the policy file: name the line of an error (a regex RE2 cannot run among
     them); warn of a rule shadowed by an earlier one, one that can never match, or a
     prefix whose meaning could surprise (exit 1 when there are warnings)."""
+    from airlock.loop.policy import lint
+
     if path is not None and policy_file is not None:
         fail("name the policy file once: FILE or --policy FILE", 2)
     path, policy = _load(path or policy_file)
@@ -62,6 +67,9 @@ def test(
 ) -> None:
     """Judge each case of FIXTURES and compare with its expected verdict; exit 1 on any
     mismatch (for CI)."""
+    from airlock.loop.policy import PolicyError, run_cases
+    from airlock.workers.service.policy_explain import schema_of
+
     _, policy = _load(policy_file)
     try:
         results = run_cases(policy, fixtures.read_text(encoding="utf-8"), schema_of)
@@ -90,6 +98,8 @@ def explain(
 ) -> None:
     """Which rule decides each gated call of RUN (or CALL), and why each rule tried
     before it did not match; with the verdict recorded when the call was judged."""
+    from airlock.workers.service.policy_explain import explain_run
+
     if policy_file is None and call is not None and Path(call).is_file():
         fail(f"{call} is a file, not a call id: name the policy file with --policy {call}", 2)
     _, policy = _load(policy_file)

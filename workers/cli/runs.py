@@ -1,20 +1,17 @@
 """The ``airlock`` commands on runs: start, list, show, decide, cancel, retry, purge,
-stats. The service's errors are answered by the app's table (``airlock.workers.cli.app``)."""
+stats (``events`` is ``airlock.workers.cli.events``). The service's errors are answered
+by the app's table (``airlock.workers.cli.app``)."""
 
 from __future__ import annotations
 
 import contextlib
 import getpass
 import json
-import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import JsonValue, ValidationError
-from rich.table import Table
 
-from airlock.persistence.domain import GrantScope, RunStatus
-from airlock.persistence.store import UnknownRunError
+from airlock.persistence.status import GrantScope, RunStatus
 from airlock.workers.cli.app import JsonOption, app, require_run, runs_app, service
 from airlock.workers.cli.output import (
     console,
@@ -28,10 +25,12 @@ from airlock.workers.cli.output import (
     progress_bar,
     seconds_or_text,
 )
-from airlock.workers.service import ConflictError
-from airlock.workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
-from airlock.workers.service.principals import Principal
-from airlock.workers.service.views import clip, event_summary, event_view, run_view, sweeper_view
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from airlock.workers.service.decisions import DecisionBody
+    from airlock.workers.service.principals import Principal
 
 
 @app.command("run")
@@ -47,6 +46,8 @@ def start_run(  # noqa: PLR0917 - a command's options
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run of AGENT on INPUT."""
+    from airlock.workers.service.views import run_view
+
     meta: Any = None
     if metadata is not None:
         try:
@@ -79,6 +80,10 @@ def runs_list(
     as_json: JsonOption = False,
 ) -> None:
     """List runs, newest first (filters as in GET /v1/runs)."""
+    from rich.table import Table
+
+    from airlock.workers.service.views import run_view
+
     page = service().list_runs(status=status, agent=agent, limit=limit, cursor=cursor)
     if as_json:
         emit({"runs": [run_view(service(), r) for r in page.runs], "next_cursor": page.next_cursor})
@@ -97,6 +102,8 @@ def runs_list(
 @runs_app.command("show")
 def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     """Show one run, and the calls waiting for approval if any."""
+    from airlock.workers.service.views import run_view
+
     run = require_run(run_id)
     view = run_view(service(), run)
     if as_json:
@@ -109,67 +116,13 @@ def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     print_turn(view["pending"])
 
 
-FOLLOW_EVERY = 0.5
-"""Seconds between two reads of a followed run's new events."""
-
-
-@runs_app.command("events")
-def runs_events(
-    run_id: str,
-    as_json: JsonOption = False,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow",
-            "-f",
-            help="Print the run's events as they come, until it ends (with --json, one "
-            "JSON object a line).",
-        ),
-    ] = False,
-) -> None:
-    """The run's audit stream."""
-    require_run(run_id)
-    if follow:
-        follow_events(run_id, as_json=as_json)
-        return
-    events = service().events(run_id)
-    if as_json:
-        emit([event_view(e) for e in events])
-        return
-    table = Table("seq", "kind", "at", "payload")
-    for e in events:
-        table.add_row(
-            str(e.seq), e.kind, f"{e.created_at:%H:%M:%S.%f}", clip(json.dumps(e.payload), 120)
-        )
-    console.print(table)
-
-
-def follow_events(run_id: str, *, as_json: bool) -> None:
-    """Every event of the run, each once and in order, as they come, until the run is
-    over and its last event printed (exit 4 if it is purged meanwhile)."""
-    reads, after = service(), 0
-    while True:
-        # the head first: a run over by then has all its events in the read that follows
-        head = reads.stream_heads([run_id]).get(run_id)
-        if head is None:
-            fail(f"run {run_id} was purged while it was followed", 4)
-        for e in reads.events(run_id, after=after):
-            after = e.seq
-            if as_json:
-                typer.echo(json.dumps(event_view(e)))
-            else:
-                line = f"{e.seq:>4}  {e.created_at:%H:%M:%S}  {e.kind:<10} "
-                console.print(line + event_summary(e.kind, e.payload), highlight=False)
-        if head.status.terminal and after >= head.last_seq:
-            return
-        time.sleep(FOLLOW_EVERY)
-
-
 # -- decisions and operator actions -------------------------------------------------------------
 
 
 def operator(name: str | None) -> Principal:
     """The CLI's principal: ``--as`` (by default the OS user), with the OS user."""
+    from airlock.workers.service.principals import Principal
+
     os_user = getpass.getuser()
     return Principal.operator(name or os_user, os_user=os_user)
 
@@ -185,6 +138,10 @@ def acting(name: str | None) -> Principal:
 def _decide(run_id: str, body_of: Any, approver: str | None, digest: str | None) -> None:
     """Decide the turn quoted by ``digest``; without one, the turn that waits now, which
     is shown first, so the operator sees what the decision releases."""
+    from pydantic import ValidationError
+
+    from airlock.workers.service.views import run_view
+
     run = require_run(run_id)
     if run.status is not RunStatus.WAITING_FOR_APPROVAL or run.turn_digest is None:
         fail(f"run is {run.status}, not waiting for approval", 1)
@@ -259,6 +216,8 @@ def approve(  # noqa: PLR0917 - a command's options
     if grant_for is not None and grant is None:  # else a grant the approver thinks given
         fail("--for says how long a grant stands: give --grant call|run with it", 2)
 
+    from airlock.workers.service.decisions import CallDecisionBody, DecisionBody, GrantBody
+
     def body(digest: str) -> DecisionBody:
         duration = seconds_or_text(grant_for or "1h")
         given = GrantBody(scope=grant, expires_in=duration) if grant else None
@@ -284,6 +243,8 @@ def deny(
     digest: DigestOption = None,
 ) -> None:
     """Deny the turn the run waits on; every pending call gets the denial as its result."""
+    from airlock.workers.service.decisions import DecisionBody
+
     _decide(
         run_id,
         lambda quoted: DecisionBody(turn_digest=quoted, decision="deny", reason=reason),
@@ -328,6 +289,9 @@ def retry(
     """Continue a failed run from its last checkpoint (calls already made are not repeated)."""
     if (run_id is None) == (not all_failed):
         raise typer.BadParameter("give a RUN_ID or --all-failed")
+    from airlock.persistence.store import UnknownRunError
+    from airlock.workers.service import ConflictError
+
     by = acting(actor)
     if run_id is not None:
         require_run(run_id)
@@ -374,6 +338,8 @@ def purge(
 def stats(as_json: JsonOption = False) -> None:
     """Runs by status, the oldest waiting approval, expired leases, recent throughput,
     and when beat's sweeper last ran."""
+    from airlock.workers.service.views import sweeper_view
+
     figures = service().stats()
     age = figures.oldest_waiting_seconds
     lag = figures.notification_lag or (None, None)

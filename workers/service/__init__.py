@@ -6,32 +6,68 @@ to, and ``wiring``, which builds the process's one ``Service``). It imports no d
 it to that.
 
 Its public names (the ``Service`` and what its use cases answer and raise) are
-re-exported here."""
+re-exported here, each imported when first used: a module of the room
+(``airlock.workers.service.settings``) costs only what it imports itself, so the
+``airlock`` command reads its settings without loading every use case."""
 
 from __future__ import annotations
 
-from airlock.workers.service.core import Service
-from airlock.workers.service.outbound import MAX_DELIVERIES, DeliveryError, DeliveryReport, Retries
-from airlock.workers.service.principals import ForbiddenError, Principal
-from airlock.workers.service.results import (
-    ConflictError,
-    DecisionResult,
-    Enqueue,
-    IdempotencyMismatchError,
-    Notify,
-    Stats,
-    SweeperHealth,
-    SweeperState,
-    SweepReport,
-)
-from airlock.workers.service.segments import (
-    EventType,
-    Limits,
-    Outcome,
-    SegmentInterruptedError,
-    SegmentResult,
-    is_database_error,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airlock.workers.service.core import Service
+    from airlock.workers.service.outbound import (
+        MAX_DELIVERIES,
+        DeliveryError,
+        DeliveryReport,
+        Retries,
+    )
+    from airlock.workers.service.principals import ForbiddenError, Principal
+    from airlock.workers.service.results import (
+        ConflictError,
+        DecisionResult,
+        Enqueue,
+        IdempotencyMismatchError,
+        Notify,
+        Stats,
+        SweeperHealth,
+        SweeperState,
+        SweepReport,
+    )
+    from airlock.workers.service.segments import (
+        EventType,
+        Limits,
+        Outcome,
+        SegmentInterruptedError,
+        SegmentResult,
+        is_database_error,
+    )
+
+_FROM = {
+    "Service": "core",
+    **dict.fromkeys(("MAX_DELIVERIES", "DeliveryError", "DeliveryReport", "Retries"), "outbound"),
+    **dict.fromkeys(("ForbiddenError", "Principal"), "principals"),
+    **dict.fromkeys(
+        ("ConflictError", "DecisionResult", "Enqueue", "IdempotencyMismatchError", "Notify",
+         "Stats", "SweeperHealth", "SweeperState", "SweepReport"),
+        "results",
+    ),
+    **dict.fromkeys(
+        ("EventType", "Limits", "Outcome", "SegmentInterruptedError", "SegmentResult",
+         "is_database_error"),
+        "segments",
+    ),
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_DELIVERIES",

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from airlock.loop import Approve, DecisionError, Deny, Edit, SuspendedRunState
 from airlock.loop.decisions import Decisions
-from airlock.loop.policy.parse import duration_seconds
+from airlock.loop.durations import duration_seconds
 from airlock.workers.service.principals import check_name
 
 CallDecisionKind = Literal["approve", "deny", "edit"]

@@ -282,7 +282,7 @@ def clip(text: str, width: int) -> str:
 
 
 def event_summary(kind: str, payload: dict[str, Any]) -> str:
-    """One line of what an audit event says (the demo's table, the inbox's timeline)."""
+    """One line of what an audit event says (the CLI's and the demo's tables)."""
     match kind:
         case "llm":
             calls = ", ".join(str(c.get("name")) for c in payload.get("tool_calls", []))
@@ -291,25 +291,59 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
             result = clip(str(payload.get("result", "")), 60)
             return f"{payload.get('name')} → {payload.get('outcome')}: {result}"
         case "decision" | "approval":
-            verb = payload.get("decision", "approve") if kind == "decision" else "approval"
-            tally = ""
-            if "quorum" in payload:
-                tally = f" ({len(payload.get('approved_by', []))} of {payload['quorum']})"
-            auth = payload.get("auth")
-            client = auth.get("client") if isinstance(auth, dict) else None
-            via = f"{payload.get('source')}" + (f" (client {client})" if client else "")
-            why = f": {payload['reason']}" if payload.get("reason") else ""
-            granted = payload.get("grants")
-            if isinstance(granted, list) and granted:  # given with this decision
-                why += f" (and granted {', '.join(str(g.get('scope')) for g in granted)})"
-            return f"{verb}{tally} by {payload.get('approver')} via {via}{why}"
+            return _decision_summary(kind, payload)
         case "grant_revoked":
             grant = f"grant {str(payload.get('id'))[:8]} ({payload.get('tool')})"
             return f"{grant} revoked by {payload.get('revoked_by')}"
         case "suspended":
             return "waiting on " + ", ".join(str(c.get("name")) for c in payload.get("calls", []))
+        case "request":
+            return f"{payload.get('agent')} asked: {clip(str(payload.get('input', '')), 80)}"
+        case "completed":
+            done = str(payload.get("termination") or "completed").replace("_", " ")
+            return f"{done}: {clip(str(payload.get('output') or ''), 100)}"
+        case "failed":
+            return clip(str(payload.get("error", "")), 120)
+        case "resumed":
+            return f"resumed after the decision (model calls so far: {payload.get('iterations')})"
         case _:
-            return clip(json.dumps(payload), 70)
+            return _fields(payload)
+
+
+def _decision_summary(kind: str, payload: dict[str, Any]) -> str:
+    verb = payload.get("decision", "approve") if kind == "decision" else "approval"
+    tally = ""
+    if "quorum" in payload:
+        tally = f" ({len(payload.get('approved_by', []))} of {payload['quorum']})"
+    auth = payload.get("auth")
+    client = auth.get("client") if isinstance(auth, dict) else None
+    via = f"{payload.get('source')}" + (f" (client {client})" if client else "")
+    why = f": {payload['reason']}" if payload.get("reason") else ""
+    granted = payload.get("grants")
+    if isinstance(granted, list) and granted:  # given with this decision
+        why += f" (and granted {', '.join(str(g.get('scope')) for g in granted)})"
+    return f"{verb}{tally} by {payload.get('approver')} via {via}{why}"
+
+
+def _fields(payload: dict[str, Any]) -> str:
+    """An event with no words of its own: its fields as ``name: value``, each cut."""
+    shown = [
+        f"{key}: {clip(_plain(value), 40)}"
+        for key, value in payload.items()
+        if key not in ("auth", "run_id") and value not in (None, "", [], {})
+    ]
+    return clip("; ".join(shown), 120) or "—"
+
+
+def _plain(value: object) -> str:
+    """A value in words, not JSON: a list's items and a mapping's ``name=value``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    return json.dumps(value)
 
 
 def sweeper_view(health: SweeperHealth) -> dict[str, JsonValue]:

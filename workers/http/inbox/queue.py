@@ -109,6 +109,7 @@ def row(service: Service, run: Run) -> dict[str, Any]:
         "expires": until(now, run.expires_at) if pending else None,
         "calls": len(calls),
         "asked": [f"{c['name']}({line(c.get('arguments') or {})})" for c in asked],
+        "tally": tally(asked) if pending else None,
         "tools": sorted({str(c["name"]) for c in asked}),
         "input": run.input,
         "metadata": line(run.metadata),
@@ -116,6 +117,16 @@ def row(service: Service, run: Run) -> dict[str, Any]:
         "digest": run.turn_digest,
         "created": run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def tally(asked: list[Any]) -> str | None:
+    """How far the waiting turn is from its quorum, in words ("1 of 2 approvals"); None
+    when one approval decides it and none is given yet."""
+    quorum = max((int(c.get("quorum") or 1) for c in asked), default=1)
+    given = max((len(c.get("approvals") or []) for c in asked), default=0)
+    if quorum == 1 and given == 0:
+        return None
+    return f"{given} of {quorum} approval{'s' if quorum != 1 else ''}"
 
 
 def _last_turn(service: Service, run: Run) -> tuple[list[Any], dict[str, Any] | None]:

@@ -164,8 +164,16 @@ def _retry(payload: Mapping[str, Any]) -> str:
 
 def _plain(payload: Mapping[str, Any]) -> str:
     """An event the page has no words for: its fields, each cut at a word."""
-    shown = {k: v for k, v in payload.items() if k not in ("auth", "principal", "by", "run_id")}
+    hidden = ("auth", "principal", "by", "run_id")
+    shown = {k.replace("_", " "): _words(v) for k, v in payload.items() if k not in hidden}
     return line(shown, 6, 60) or "—"
+
+
+def _words(value: Any) -> Any:
+    """A list as the words it holds ("none" when empty), not as JSON."""
+    if isinstance(value, list):
+        return ", ".join(str(_words(v)) for v in value) or "none"
+    return value
 
 
 def timeline(events: list[dict[str, Any]]) -> list[Entry]:

@@ -82,6 +82,13 @@
     diff(fieldset);
   });
 
+  form.querySelectorAll("input[name=decision]").forEach(function (radio) {
+    radio.addEventListener("change", function () {
+      const error = document.getElementById("form-error");
+      if (error.textContent.startsWith("Choose approve or deny")) error.hidden = true;
+    });
+  });
+
   form.addEventListener("submit", function (event) {
     const error = document.getElementById("form-error");
     let ok = true;
@@ -95,6 +102,10 @@
     if (!ok) why = "Fix the edited arguments first: nothing was sent.";
     const whole = form.querySelector("input[name=decision]:checked");
     const reason = form.querySelector("#reason").value.trim();
+    if (ok && !whole) {
+      ok = false;
+      why = "Choose approve or deny for the whole turn: nothing was sent.";
+    }
     if (ok && whole && whole.value === "deny" && !reason) {
       ok = false;
       why = "A deny needs a reason (the model is told): nothing was sent.";

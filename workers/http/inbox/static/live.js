@@ -51,7 +51,8 @@
       if (touched && document.getElementById("decide")) { offer(); return; }
       let page;
       try {
-        const answer = await fetch(location.pathname, { credentials: "same-origin" });
+        // with its query: a decision's notice (?notice=recorded) stays, as true of the run now
+        const answer = await fetch(location.pathname + location.search, { credentials: "same-origin" });
         if (!answer.ok) return;
         page = new DOMParser().parseFromString(await answer.text(), "text/html");
       } catch (e) { return; }
