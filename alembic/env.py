@@ -9,8 +9,9 @@ from alembic import context
 from sqlalchemy import Connection
 
 from airlock.persistence.db import make_engine
+from airlock.persistence.metadata import METADATA
 from airlock.persistence.migrate import MIGRATION_LOCK
-from airlock.persistence.models import Base, compared
+from airlock.persistence.models import compared
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -21,7 +22,7 @@ def run(connection: Connection) -> None:
     sqlite = connection.dialect.name == "sqlite"
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=METADATA,
         render_as_batch=sqlite,
         compare_type=True,
         include_name=compared,

@@ -74,7 +74,7 @@ def _sums(source: str, sign: str) -> str:
 def _pg_many(name: str, source: str, sign: str) -> str:
     sets = ", ".join(f"{s} = {s} + d.{s}" for s in STATUSES)
     return f"""
-    CREATE FUNCTION airlock_tally_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE OR REPLACE FUNCTION airlock_tally_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE d record;
     BEGIN
         FOR d IN {_sums(source, sign)} LOOP
@@ -92,7 +92,7 @@ PG_TRIGGERS = [
     _pg_many("inserted", "inserted", ""),
     _pg_many("deleted", "deleted", "-"),
     f"""
-    CREATE FUNCTION airlock_tally_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE OR REPLACE FUNCTION airlock_tally_updated() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         UPDATE run_tallies SET {_moved("OLD.status", "NEW.status")},
             waiting_changed_at = CASE WHEN OLD.{WAITING} OR NEW.{WAITING}

@@ -18,8 +18,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from airlock.persistence.db import make_engine
+from airlock.persistence.metadata import METADATA
 from airlock.persistence.migrate import alembic_config, upgrade
-from airlock.persistence.models import Base
 from tests.api.conftest import Api, make_api
 from tests.conftest import POSTGRES_URL
 
@@ -127,7 +127,7 @@ def test_tables_dropped_under_a_serving_api_are_a_503_not_a_500(api: Api, db_url
     run = api.create()
     engine = make_engine(db_url)
     with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
+        METADATA.drop_all(conn)
         conn.execute(text("DROP TABLE alembic_version"))
     engine.dispose()
     not_ready(api.client.get(f"/v1/runs/{run['id']}", headers=api.headers()))  # a plain route

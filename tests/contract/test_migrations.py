@@ -11,8 +11,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
+from airlock.persistence.metadata import METADATA
 from airlock.persistence.migrate import alembic_config
-from airlock.persistence.models import Base, compared
+from airlock.persistence.models import compared
 
 
 def diff(engine: Engine) -> list[object]:
@@ -20,7 +21,7 @@ def diff(engine: Engine) -> list[object]:
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "include_name": compared}
         )
-        return list(compare_metadata(context, Base.metadata))
+        return list(compare_metadata(context, METADATA))
 
 
 def test_migrations_match_the_models(engine: Engine) -> None:

@@ -4,21 +4,22 @@ drift, and accepting a tool's new definition."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from airlock.workers.cli.app import JsonOption, app, service
 from airlock.workers.cli.output import console, emit, fail
-from airlock.workers.mcp.config import McpConfigError, Servers
-from airlock.workers.mcp.runtime import McpCallError
+
+if TYPE_CHECKING:
+    from airlock.workers.mcp.config import Servers
 
 mcp_app = typer.Typer(help="MCP servers' tools (AIRLOCK_MCP_SERVERS).", no_args_is_help=True)
 app.add_typer(mcp_app, name="mcp")
 
 
 def _servers() -> Servers:
+    from airlock.workers.mcp.config import McpConfigError
     from airlock.workers.mcp.tools import servers
 
     try:
@@ -30,6 +31,8 @@ def _servers() -> Servers:
 @mcp_app.command("list")
 def mcp_list(as_json: JsonOption = False) -> None:
     """Each declared server's tools: effect, pinned and live fingerprints, drift."""
+    from rich.table import Table
+
     found = service().mcp().status(_servers())
     if as_json:
         emit({"servers": [dataclasses.asdict(s) for s in found]})
@@ -49,6 +52,9 @@ def mcp_pin(
     tool: Annotated[str | None, typer.Argument(help="One of its tools (default: all).")] = None,
 ) -> None:
     """Accept the server's tools (or TOOL) as it lists them now."""
+    from airlock.workers.mcp.config import McpConfigError
+    from airlock.workers.mcp.runtime import McpCallError
+
     try:
         config = _servers().get(server)
         pinned = service().mcp().pin(config, tool)
