@@ -37,6 +37,7 @@ from airlock.persistence.models import (
     DecisionRow,
     GrantRow,
     InboxSessionRow,
+    McpGatewayCallRow,
     McpPinRow,
     McpReviewRow,
     OutboxRow,
@@ -60,6 +61,7 @@ BEAT_JOBS = cast(Table, BeatJobRow.__table__)
 GRANTS = cast(Table, GrantRow.__table__)
 MCP_PINS = cast(Table, McpPinRow.__table__)
 MCP_REVIEWS = cast(Table, McpReviewRow.__table__)
+MCP_GATEWAY_CALLS = cast(Table, McpGatewayCallRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from airlock.persistence.domain import Run, RunStatus
-from airlock.workers.http import grants, inbox, streams
+from airlock.workers.http import grants, inbox, mcp_gateway, streams
 from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.guard import BodyGate, Gate
 from airlock.workers.http.handlers import CreateRun, Handlers, caller_of, explain
@@ -58,9 +58,10 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     watch = SchemaWatch(service.schema_status)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(watch.status)  # a schema that is not ready is logged at start
-        yield
+        async with mcp_gateway.running(app):
+            yield
 
     app = FastAPI(
         **({} if telemetry is None else {"telemetry": telemetry}),  # type: ignore[arg-type]
@@ -92,8 +93,27 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     streams.mount(app, hubs, slots)
     _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config, hubs=hubs, slots=slots)
+    if config.mcp_servers is not None:
+        _mcp(app, service=service, config=config, auth=auth, handlers=handlers, hubs=hubs)
     _document_bearer(app)
     return app
+
+
+def _mcp(
+    app: FastAPI,
+    *,
+    service: Service,
+    config: Settings,
+    auth: Authenticator,
+    handlers: Handlers,
+    hubs: Hubs,
+) -> None:
+    """``/mcp``, the MCP gateway, when MCP servers are declared."""
+    from airlock.workers.mcp.gateway import Gateway  # noqa: PLC0415 - the SDK on demand
+    from airlock.workers.mcp.tools import servers  # noqa: PLC0415
+
+    gateway = Gateway(service, list(servers().servers), wait=config.mcp_wait, inbox="/inbox")
+    mcp_gateway.mount(app, mcp_gateway.McpEndpoint(gateway, auth, handlers, hubs))
 
 
 def _telemetry() -> dict[str, bool] | None:

@@ -47,13 +47,25 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
     )
     return Service(
         store=store,
-        registry=Registry.from_paths(config.agents),
+        registry=registry_of(config),
         enqueue=enqueue,
         notify=notify,
         limits=limits_of(config),
         operator_roles=config.operators,
         policy=PolicyHolder.load(config.policy, config.policy_shadow),
     )
+
+
+def registry_of(config: Settings) -> Registry:
+    """The agents of ``AIRLOCK_AGENTS``, and beside them the built-in agent ``mcp`` (the
+    gateway's) whenever ``AIRLOCK_MCP_SERVERS`` is set."""
+    registry = Registry.from_paths(config.agents)
+    if config.mcp_servers is None:
+        return registry
+    from airlock.workers.mcp.gateway import gateway_agent  # noqa: PLC0415 - the SDK on demand
+    from airlock.workers.mcp.tools import servers  # noqa: PLC0415
+
+    return registry.with_agent(gateway_agent(list(servers().servers)))
 
 
 DISPATCH_POOL = 4

@@ -1,0 +1,139 @@
+"""``/mcp``: the MCP gateway (``airlock.workers.mcp.gateway``) over Streamable HTTP,
+served by the ``mcp`` SDK's own server in stateless mode (any instance answers any
+request: what a call waits on is in the database), authenticated as the run endpoints
+are (the API token, an OIDC token; ``Authenticator.caller_until``).
+
+A call held for a person waits on its run's transitions through this process's
+stream hub (one read of the database per tick for every watched run, on the event
+loop: no thread, no connection held while waiting)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio import to_thread
+from fastapi import FastAPI
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import JsonValue
+from starlette.datastructures import Headers
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from airlock.workers.http.auth import Authenticator
+from airlock.workers.http.handlers import Handlers
+from airlock.workers.http.hub import CLOSE, Hubs
+from airlock.workers.http.problems import ProblemError, refusal
+from airlock.workers.mcp.gateway import Answer, Gateway, UnknownToolError, answer
+from airlock.workers.service.principals import Principal
+
+PATH = "/mcp"
+
+
+class McpEndpoint:
+    """The ASGI app of ``/mcp``: who calls, then the SDK's session manager."""
+
+    def __init__(
+        self, gateway: Gateway, auth: Authenticator, handlers: Handlers, hubs: Hubs
+    ) -> None:
+        self.gateway = gateway
+        self.auth = auth
+        self.handlers = handlers
+        self.hubs = hubs
+        self.server: Server[Any] = Server(
+            "airlock", version="0.1.0", on_list_tools=self._list, on_call_tool=self._call
+        )
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, json_response=True
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        try:
+            if self.auth.verifies(headers, approval=False):
+                caller, _ = await to_thread.run_sync(
+                    lambda: self.auth.caller_until(headers.get("authorization"))
+                )
+            else:
+                caller, _ = self.auth.caller_until(headers.get("authorization"))
+        except ProblemError as exc:
+            await refusal(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = self.handlers.principal_of(caller)
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _list(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = await self.handlers.in_thread(self.gateway.tools)
+        listed = [
+            types.Tool(
+                name=t.name, description=t.description, input_schema=dict(t.definition.input_schema)
+            )
+            for t in tools
+        ]
+        return types.ListToolsResult(tools=listed)
+
+    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        principal = _principal(ctx)
+        arguments: Mapping[str, JsonValue] = params.arguments or {}
+        try:
+            found = await answer(
+                self.gateway, principal, params.name, arguments,
+                in_thread=self.handlers.in_thread, wait_run=self.wait_run,
+            )  # fmt: skip
+        except UnknownToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        return result(found)
+
+    async def wait_run(self, run_id: str, seconds: float) -> None:
+        """Until the run is over, or ``seconds`` passed."""
+        hub = self.hubs.here()
+        watch = hub.watch_run(run_id, 0)
+        try:
+            with anyio.move_on_after(seconds):
+                while await watch.frames.get() != CLOSE:
+                    pass
+        finally:
+            hub.leave(watch)
+
+
+def result(found: Answer) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=found.text)],
+        is_error=found.is_error,
+        _meta=found.meta or None,
+    )
+
+
+def _principal(ctx: Any) -> Principal:
+    request = getattr(ctx, "request", None)
+    state = getattr(request, "scope", {}).get("state", {})
+    principal = state.get("principal")
+    if not isinstance(principal, Principal):  # never: the endpoint notes one on each
+        raise MCPError(types.INTERNAL_ERROR, "the caller was not identified")
+    return principal
+
+
+def mount(app: FastAPI, endpoint: McpEndpoint) -> None:
+    app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    app.state.mcp = endpoint
+
+
+@asynccontextmanager
+async def running(app: FastAPI) -> AsyncIterator[None]:
+    """The session manager's task group, while the app serves."""
+    endpoint: McpEndpoint | None = getattr(app.state, "mcp", None)
+    if endpoint is None:
+        yield
+        return
+    async with endpoint.manager.run():
+        yield
+
+
+__all__ = ["McpEndpoint", "mount", "running"]
