@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 
@@ -30,9 +30,9 @@ def _count(tool: str, ctx: Context[Any, Any]) -> int:
     return log.read_text().splitlines().count(f"{tool} {key}")
 
 
-def _hang_first(count: int) -> None:
+async def _hang_first(count: int) -> None:
     if os.environ.get("BANK_HANG_ONCE") and count == 1:
-        time.sleep(120)
+        await anyio.sleep(120)
 
 
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -49,8 +49,8 @@ def audit(account: str, ctx: Context[Any, Any]) -> str:
     return f"audited {account}"
 
 
-def transfer(to: str, amount: int, ctx: Context[Any, Any], memo: str = "") -> str:
-    _hang_first(_count("transfer", ctx))
+async def transfer(to: str, amount: int, ctx: Context[Any, Any], memo: str = "") -> str:
+    await _hang_first(_count("transfer", ctx))
     return f"sent {amount} EUR to {to}"
 
 
@@ -62,9 +62,9 @@ app.add_tool(
 
 
 @app.tool()
-def deposit(amount: int, ctx: Context[Any, Any]) -> str:
+async def deposit(amount: int, ctx: Context[Any, Any]) -> str:
     """Deposit; declared idempotent_write by the operator."""
-    _hang_first(_count("deposit", ctx))
+    await _hang_first(_count("deposit", ctx))
     return f"deposited {amount}"
 
 

@@ -58,7 +58,7 @@ def full_name(server: str, tool: str) -> str:
     """``bank__transfer``; ``BadToolError`` when a model API would refuse it (a tool's
     own name is never rewritten: a name that maps to another could call the wrong tool)."""
     name = f"{server}{SEPARATOR}{tool}"
-    if SEPARATOR in tool or not TOOL_NAME.match(name):
+    if not tool or SEPARATOR in tool or not TOOL_NAME.fullmatch(name):
         raise BadToolError(
             f"tool {tool!r} of server {server!r} is not offered: its name must be letters, "
             f"digits, '_' and '-' without '__', and {server}__<tool> at most 64 characters"

@@ -71,6 +71,12 @@ class _Session:
             self.ready.set()
 
 
+def _key(server: ServerConfig) -> str:
+    """A session serves one declaration: a server declared anew (another URL, command or
+    headers) gets a session of its own."""
+    return repr((server.name, server.url, server.command, sorted(server.headers.items())))
+
+
 class SessionPool:
     def __init__(self, connect: Callable[[ServerConfig], Client] = client_for) -> None:
         self._connect = connect
@@ -91,27 +97,28 @@ class SessionPool:
             try:
                 return await operation(session.client)
             except BaseException:
-                self._drop(server.name, session)
+                self._drop(_key(server), session)
                 raise
 
     async def _session(self, server: ServerConfig) -> _Session:
-        session = self._sessions.get(server.name)
+        key = _key(server)
+        session = self._sessions.get(key)
         if session is None or session.dead:
             session = _Session(self._connect(server))
-            self._sessions[server.name] = session
+            self._sessions[key] = session
             assert self._tasks is not None
             self._tasks.start_soon(session.hold)
         await session.ready.wait()
         if session.dead:
-            self._drop(server.name, session)
+            self._drop(key, session)
             why = session.error or "the session closed"
             raise McpUnavailableError(f"MCP server {server.name!r} is unavailable: {why}")
         return session
 
-    def _drop(self, name: str, session: _Session) -> None:
+    def _drop(self, key: str, session: _Session) -> None:
         session.closing.set()
-        if self._sessions.get(name) is session:
-            del self._sessions[name]
+        if self._sessions.get(key) is session:
+            del self._sessions[key]
 
     def _started(self) -> BlockingPortal:
         with self._lock:

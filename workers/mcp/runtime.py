@@ -18,7 +18,13 @@ from typing import Any, cast
 
 import anyio
 from mcp import Client, MCPError
-from mcp.types import CallToolResult, RequestParamsMeta, TextContent
+from mcp.types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    RequestParamsMeta,
+    TextContent,
+)
 from pydantic import JsonValue, ValidationError
 
 from airlock.loop import AirlockError
@@ -53,7 +59,8 @@ class CallOutcome:
 
 
 def list_tools(server: ServerConfig, *, timeout: float | None = None) -> list[Definition]:
-    """The server's tools, as listed now."""
+    """The server's tools, as listed now (asked again, within the deadline, when the
+    server could not be reached or its session had died)."""
 
     async def listing(client: Client) -> list[Definition]:
         found: list[Definition] = []
@@ -66,14 +73,9 @@ def list_tools(server: ServerConfig, *, timeout: float | None = None) -> list[De
                 break
         return found
 
-    try:
-        result: list[Definition] = pool.run(server, listing, timeout=timeout or server.timeout)
-    except (OSError, TimeoutError, MCPError, pool.McpUnavailableError) as exc:
-        raise McpCallError(_why(server, exc), maybe_ran=False) from exc
-    except ValidationError as exc:
-        raise McpCallError(
-            f"MCP server {server.name!r} sent a malformed tools/list answer", maybe_ran=False
-        ) from exc
+    result: list[Definition] = _attempts(
+        server, listing, "tools/list", repeatable=True, deadline=timeout or server.timeout
+    )
     return result
 
 
@@ -106,31 +108,48 @@ def call(
     async def send(client: Client) -> CallToolResult:
         return await client.call_tool(tool, arguments, meta=meta)
 
-    deadline = time.monotonic() + server.timeout
+    result: CallToolResult = _attempts(
+        server, send, f"tools/call of {tool!r}", repeatable=repeatable, deadline=server.timeout
+    )
+    return outcome_of(result)
+
+
+LOST = (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError)
+"""A request sent whose answer was lost."""
+
+
+def _attempts(
+    server: ServerConfig, operation: pool.Operation[Any], what: str, *, repeatable: bool,
+    deadline: float,
+) -> Any:  # fmt: skip
+    """``operation`` until it answers, within ``deadline`` seconds, with backoff: tried
+    again when nothing was sent (the server could not be reached), or when the answer
+    was lost and ``repeatable``."""
+    ends = time.monotonic() + deadline
     attempt = 0
     while True:
         attempt += 1
-        left = deadline - time.monotonic()
         try:
-            result = pool.run(server, send, timeout=max(left, 0.001))
+            return pool.run(server, operation, timeout=max(ends - time.monotonic(), 0.001))
         except ValidationError as exc:
             raise McpCallError(
-                f"MCP server {server.name!r} answered tools/call of {tool!r} with a malformed "
-                "result", maybe_ran=True
-            ) from exc  # fmt: skip
-        except MCPError as exc:  # the server refused the request: it did not run the tool
-            raise McpCallError(
-                f"MCP server {server.name!r} refused the call: {exc.error.message}",
-                maybe_ran=False,
+                f"MCP server {server.name!r} answered {what} with a malformed result",
+                maybe_ran=True,
             ) from exc
-        except (OSError, TimeoutError, pool.McpUnavailableError, anyio.BrokenResourceError) as exc:
-            sent = not isinstance(exc, pool.McpUnavailableError)
-            pause = backoff(attempt, base=0.2, cap=2.0)
-            if (sent and not repeatable) or time.monotonic() + pause >= deadline:
-                raise McpCallError(_why(server, exc), maybe_ran=sent) from exc
-            time.sleep(pause)
-            continue
-        return outcome_of(result)
+        except MCPError as exc:
+            if exc.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise McpCallError(  # the server refused the request: nothing ran
+                    f"MCP server {server.name!r} refused {what}: {exc.error.message}",
+                    maybe_ran=False,
+                ) from exc
+            failure: Exception = exc
+        except (*LOST, pool.McpUnavailableError) as exc:
+            failure = exc
+        sent = not isinstance(failure, pool.McpUnavailableError)
+        pause = backoff(attempt, base=0.2, cap=2.0)
+        if (sent and not repeatable) or time.monotonic() + pause >= ends:
+            raise McpCallError(_why(server, failure), maybe_ran=sent) from failure
+        time.sleep(pause)
 
 
 def _why(server: ServerConfig, exc: BaseException) -> str:
