@@ -22,6 +22,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -86,6 +87,7 @@ class McpEndpoint:
             found = await answer(
                 self.gateway, principal, params.name, arguments,
                 in_thread=self.handlers.in_thread, wait_run=self.wait_run,
+                present=lambda: _present(ctx),
             )  # fmt: skip
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
@@ -109,6 +111,14 @@ def result(found: Answer) -> types.CallToolResult:
         is_error=found.is_error,
         _meta=found.meta or None,
     )
+
+
+async def _present(ctx: Any) -> bool:
+    """Whether the HTTP client of the request still waits (it did not hang up)."""
+    request = getattr(ctx, "request", None)
+    if not isinstance(request, Request):
+        return True
+    return not await request.is_disconnected()
 
 
 def _principal(ctx: Any) -> Principal:

@@ -55,6 +55,8 @@ Verdict = Literal["allow", "ask", "deny"]
 Waiter = Callable[[str, float], Awaitable[None]]
 """Returns once the run is over, or after the seconds given (whichever is first)."""
 InThread = Callable[[Callable[[], Any]], Awaitable[Any]]
+Present = Callable[[], Awaitable[bool]]
+"""Whether the client still waits for the answer (it did not hang up)."""
 
 
 class UnknownToolError(AirlockError, LookupError):
@@ -221,8 +223,11 @@ async def answer(
     *,
     in_thread: InThread,
     wait_run: Waiter,
+    present: Present | None = None,
 ) -> Answer:
-    """A client's ``tools/call``, answered. Raises ``UnknownToolError``."""
+    """A client's ``tools/call``, answered. Raises ``UnknownToolError``. A held call's
+    result is marked returned only while its client is ``present`` (one that hung up
+    while it waited gets it on its next identical call)."""
     tool: McpTool = await in_thread(lambda: gateway.tool(name))
     try:
         tool.validate(arguments)
@@ -238,5 +243,7 @@ async def answer(
     done: Answer | None = await in_thread(lambda: gateway.settled(held))
     if done is None:
         await wait_run(held.run_id, gateway.wait)
+        if present is not None and not await present():
+            return gateway.pending(held.run_id)
         done = await in_thread(lambda: gateway.settled(held))
     return done or gateway.pending(held.run_id)
