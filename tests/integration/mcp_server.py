@@ -85,6 +85,16 @@ def statement(ctx: Context[Any, Any]) -> list[TextContent | ImageContent]:
     ]
 
 
+if os.environ.get("BANK_HOSTILE"):
+    # what a careless or hostile server lists: names no model API takes, a schema
+    # that is not a JSON Schema object
+    app.add_tool(balance, name="two__parts")
+    app.add_tool(balance, name="has space")
+    app.add_tool(balance, name="typeless")
+    bad = {"type": "object", "properties": {"account": {"type": 12}}}
+    app._tool_manager.get_tool("typeless").parameters = bad  # type: ignore[union-attr]
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "http":
         app.run("streamable-http", port=int(sys.argv[2]))

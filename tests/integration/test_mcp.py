@@ -4,6 +4,8 @@ process, over Streamable HTTP or stdio) and a real ``celery worker`` running the
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -16,7 +18,7 @@ from airlock.workers.mcp import tools
 from airlock.workers.service import settings as settings_module
 from airlock.workers.service.decisions import DecisionBody
 from airlock.workers.service.principals import Principal
-from airlock.workers.testing import Process, Stack, free_port, wait_for
+from airlock.workers.testing import Process, Stack, airlock_env, free_port, wait_for
 from tests.integration.conftest import StackFactory
 
 pytestmark = pytest.mark.integration
@@ -34,10 +36,12 @@ class Bank:
         self.log.touch()
         self.process: Process | None = None
 
-    def start(self, variant: str = "1", *, hang: bool = False) -> None:
+    def start(self, variant: str = "1", *, hang: bool = False, hostile: bool = False) -> None:
         env = {"PATH": "/usr/bin:/bin", "BANK_LOG": str(self.log), "BANK_VARIANT": variant}
         if hang:
             env["BANK_HANG_ONCE"] = "1"
+        if hostile:
+            env["BANK_HOSTILE"] = "1"
         argv = [sys.executable, "-m", "tests.integration.mcp_server", "http", str(self.port)]
         self.process = Process("bank", argv, env | _pythonpath(), self.tmp / "bank.out").start()
         wait_for("the MCP server", lambda: "Uvicorn running" in self.process_output(), 30)
@@ -53,13 +57,18 @@ class Bank:
     def calls(self) -> Counter[str]:
         return Counter(self.log.read_text().splitlines())
 
-    def servers_file(self, extra: str = "") -> Path:
+    def servers_file(self, *, stdio: bool = False) -> Path:
         path = self.tmp / "servers.toml"
-        path.write_text(
-            "[servers.bank]\n"
-            f'url = "http://127.0.0.1:{self.port}/mcp"\n'
+        root = _pythonpath()["PYTHONPATH"]
+        transport = (
+            f'command = ["{sys.executable}", "-m", "tests.integration.mcp_server", "stdio"]\n'
+            f'env = {{ BANK_LOG = "${{BANK_LOG}}", PYTHONPATH = "{root}" }}\n'
+            if stdio
+            else f'url = "http://127.0.0.1:{self.port}/mcp"\n'
             'headers = { Authorization = "Bearer ${BANK_TOKEN}" }\n'
-            "timeout = 10\n" + extra + "\n[servers.bank.tools]\n"
+        )
+        path.write_text(
+            "[servers.bank]\n" + transport + "timeout = 10\n\n[servers.bank.tools]\n"
             'balance = { effect = "read" }\nstatement = { effect = "read" }\n'
             'deposit = { effect = "idempotent_write" }\naudit = { effect = "write" }\n'
         )
@@ -94,13 +103,14 @@ def mcp_stack(
     """A stack whose agents are ``mcp_agents``: the test process imports them too (its
     service decides), so its own settings name the servers file and the database."""
 
-    def make(**config: str) -> Stack:
+    def make(*, stdio: bool = False, **config: str) -> Stack:
         env = {
             "AIRLOCK_DATABASE_URL": postgres_url,
             "AIRLOCK_BROKER_URL": shared_redis,
             "AIRLOCK_AGENTS": "tests.integration.mcp_agents:AGENTS",
-            "AIRLOCK_MCP_SERVERS": str(bank.servers_file()),
+            "AIRLOCK_MCP_SERVERS": str(bank.servers_file(stdio=stdio)),
             "BANK_TOKEN": "t0ken",
+            "BANK_LOG": str(bank.log),
             **config,
         }
         for key, value in env.items():
@@ -267,3 +277,81 @@ def test_a_worker_killed_after_the_upstream_call(
     assert bank.calls()[f"{tool} {key(run.id)}"] == sent
     if ends is RunStatus.FAILED:
         assert "started but its outcome was never recorded" in (finished.error or "")
+
+
+def test_a_stdio_server_read_and_approved_write(mcp_stack: McpStack, bank: Bank) -> None:
+    stack = mcp_stack(stdio=True)  # each process starts its own server, all count in one log
+    stack.worker()  # prefork: see docs/mcp.md for stdio under the gevent pool
+    read, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(read.id, RunStatus.COMPLETED)
+    assert tool_result(stack, read.id) == "acc-1: 100 EUR"
+    write, _ = stack.service.start_run("mcp_transfer", "pay bob")
+    stack.wait_status(write.id, RunStatus.WAITING_FOR_APPROVAL)
+    approve(stack, write.id)
+    stack.wait_status(write.id, RunStatus.COMPLETED)
+    assert tool_result(stack, write.id) == "sent 5 EUR to bob"
+    assert bank.calls()[f"transfer {key(write.id)}"] == 1
+
+
+def test_a_server_down_when_the_worker_starts_fails_only_the_calls_that_need_it(
+    mcp_stack: McpStack, bank: Bank
+) -> None:
+    stack = mcp_stack()  # the test's import pins the tools
+    bank.stop()
+    worker = stack.worker()  # starts, offering the pinned tools
+    assert worker.alive
+    down, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(down.id, RunStatus.COMPLETED, timeout=60)
+    told = tool_result(stack, down.id)
+    assert told.startswith("Error: tool \"bank__balance\" was not executed: MCP server 'bank'")
+    bank.start()
+    up, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(up.id, RunStatus.COMPLETED)
+    assert tool_result(stack, up.id) == "acc-1: 100 EUR"  # a new session, once it answers
+
+
+def test_a_hostile_server_s_bad_tools_are_left_out_and_the_rest_offered(
+    mcp_stack: McpStack, bank: Bank, caplog: pytest.LogCaptureFixture
+) -> None:
+    bank.stop()
+    bank.start(hostile=True)
+    stack = mcp_stack()
+    offered = {t.name for t in tools.mcp_tools("bank")}
+    assert "bank__balance" in offered and "bank__transfer" in offered
+    assert not {n for n in offered if "two" in n or "space" in n or "typeless" in n}
+    refused = " ".join(r.getMessage() for r in caplog.records)
+    assert "'two__parts'" in refused and "'has space'" in refused
+    assert "12 is not valid under any of the given schemas" in refused  # typeless's schema
+    stack.worker()
+    run, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+    assert tool_result(stack, run.id) == "acc-1: 100 EUR"
+
+
+def test_airlock_mcp_list_and_pin(mcp_stack: McpStack, bank: Bank) -> None:
+    stack = mcp_stack()
+    env = airlock_env(stack.config, stack.outbox) | {"BANK_TOKEN": "t0ken"}
+
+    def airlock(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "airlock.workers", *args]
+        return subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    listed = json.loads(airlock("mcp", "list", "--json").stdout)
+    by_name = {t["name"]: t for t in listed["servers"][0]["tools"]}
+    assert by_name["bank__transfer"]["drift"] == "pinned"
+    assert by_name["bank__transfer"]["effect"] == "write"
+    assert by_name["bank__balance"]["effect"] == "read"
+    assert by_name["bank__audit"]["effect"] == "write"  # annotated read-only, declared write
+    bank.stop()
+    bank.start("2")
+    listed = json.loads(airlock("mcp", "list", "--json").stdout)
+    drifted = {t["name"]: t["drift"] for t in listed["servers"][0]["tools"]}
+    assert drifted["bank__transfer"] == "drifted" and drifted["bank__balance"] == "pinned"
+    missing = airlock("mcp", "pin", "bank", "nope")
+    assert missing.returncode == 2 and "lists no tool 'nope'" in missing.stderr
+    pinned = airlock("mcp", "pin", "bank", "transfer")
+    assert pinned.returncode == 0 and "pinned bank__transfer" in pinned.stdout
+    listed = json.loads(airlock("mcp", "list", "--json").stdout)
+    assert {t["drift"] for t in listed["servers"][0]["tools"]} == {"pinned"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ import anyio
 import httpx2
 from anyio.abc import TaskGroup
 from anyio.from_thread import BlockingPortal
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -47,7 +48,9 @@ def client_for(server: ServerConfig) -> Client:
     assert server.command is not None
     command, *args = server.command
     params = StdioServerParameters(command=command, args=args, env=dict(server.env) or None)
-    return Client(params, cache=None)
+    # the server's stderr goes to the process's own (a Celery worker's sys.stderr is a
+    # logging proxy, which has no file descriptor to give a child)
+    return Client(stdio_client(params, errlog=sys.__stderr__ or sys.stderr), cache=None)
 
 
 class _Session:
