@@ -18,7 +18,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client, MCPError
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult, TextContent
@@ -54,20 +54,22 @@ when = [{ path = "amount", op = "<=", value = 1 }]
 """
 
 
+async def acall(
+    base: str, name: str, arguments: dict[str, Any], token: str = TOKEN
+) -> CallToolResult | MCPError:
+    http = create_mcp_http_client(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(120)
+    )
+    async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+        try:
+            return await client.call_tool(name, arguments)
+        except MCPError as exc:  # raised here, not from the client's task group
+            return exc
+
+
 def call(base: str, name: str, arguments: dict[str, Any], token: str = TOKEN) -> CallToolResult:
     """One ``tools/call`` through the SDK's client, as any MCP client makes it."""
-
-    async def go() -> CallToolResult | MCPError:
-        http = create_mcp_http_client(
-            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(120)
-        )
-        async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
-            try:
-                return await client.call_tool(name, arguments)
-            except MCPError as exc:  # raised here, not from the client's task group
-                return exc
-
-    found = anyio.run(go)
+    found = anyio.run(acall, base, name, arguments, token)
     if isinstance(found, MCPError):
         raise found
     return found
@@ -272,15 +274,47 @@ def test_a_client_that_goes_away_while_waiting_loses_nothing(
     arguments = {"to": "ivy", "amount": 11}
 
     async def leave_early() -> None:
-        with anyio.move_on_after(3):
-            await anyio.to_thread.run_sync(lambda: call(base, "bank__transfer", arguments))
+        with anyio.move_on_after(3):  # the client hangs up while its call is held
+            await acall(base, "bank__transfer", arguments)
 
-    # the client hangs up while the gateway holds its call (its thread keeps waiting on a
-    # closed connection only until its own timeout; the server notices the hang-up)
-    threading.Thread(target=lambda: anyio.run(leave_early), daemon=True).start()
+    anyio.run(leave_early)
     run = waiting_run(stack)
     webhook_decide(base, run)
     stack.wait_status(run.id, RunStatus.COMPLETED, timeout=60)
     done = call(base, "bank__transfer", arguments)  # attaches to the run it left
     assert (done.is_error, text(done)) == (False, "sent 11 EUR to ivy")
     assert transfers(bank) == {f"transfer {run.id}:mcp_call": 1}
+
+
+def test_stdio_gateway_for_a_local_client(gateway: Gateway, bank: Bank) -> None:  # noqa: F811
+    """``airlock gateway --stdio``: the same gate for a local client, as the operator."""
+    stack, base = gateway(wait="1")
+    env = airlock_env(stack.config, stack.outbox)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "airlock.workers", "gateway", "--stdio", "--as", "ann"],
+        env=env,
+    )
+
+    async def session(name: str, arguments: dict[str, Any]) -> CallToolResult:
+        async with Client(params) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "bank__transfer" in names
+            return await client.call_tool(name, arguments)
+
+    read = anyio.run(session, "bank__balance", {"account": "acme"})
+    assert (read.is_error, text(read)) == (False, "acme: 100 EUR")
+    arguments = {"to": "jon", "amount": 12}
+    pending = anyio.run(session, "bank__transfer", arguments)
+    assert pending.is_error and pending.meta is not None
+    run_id = str(pending.meta["io.airlock/run"])
+    run = stack.service.get_run(run_id)
+    assert run.requested_by == "ann"
+    assert run.metadata["mcp"] == {
+        "server": "bank", "tool": "bank__transfer", "principal": "cli:ann"
+    }  # fmt: skip
+    webhook_decide(base, run)
+    stack.wait_status(run_id, RunStatus.COMPLETED, timeout=60)
+    done = anyio.run(session, "bank__transfer", arguments)
+    assert (done.is_error, text(done)) == (False, "sent 12 EUR to jon")
+    assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}

@@ -11,8 +11,10 @@ from rich.table import Table
 
 from airlock.workers.cli.app import JsonOption, app, service
 from airlock.workers.cli.output import console, emit, fail
+from airlock.workers.cli.runs import acting
 from airlock.workers.mcp.config import McpConfigError, Servers
 from airlock.workers.mcp.runtime import McpCallError
+from airlock.workers.service.settings import settings
 
 mcp_app = typer.Typer(help="MCP servers' tools (AIRLOCK_MCP_SERVERS).", no_args_is_help=True)
 app.add_typer(mcp_app, name="mcp")
@@ -58,3 +60,28 @@ def mcp_pin(
         fail(str(exc), 1)
     for name in pinned:
         console.print(f"pinned {name}")
+
+
+@app.command()
+def gateway(
+    stdio: Annotated[
+        bool, typer.Option("--stdio", help="Serve one local MCP client on stdin/stdout.")
+    ] = False,
+    name: Annotated[
+        str | None,
+        typer.Option("--as", help="The local operator the calls are made as [default: OS user]."),
+    ] = None,
+) -> None:
+    """The MCP gateway for a local client (its calls judged, held and approved as
+    /mcp's; the caller is the local operator, cli:<name>)."""
+    from airlock.workers.mcp.gateway import Gateway  # noqa: PLC0415 - the SDK on demand
+    from airlock.workers.mcp.server import serve_stdio  # noqa: PLC0415
+
+    if not stdio:
+        fail("airlock gateway serves MCP on stdin/stdout only (--stdio); airlock api serves "
+             "it over HTTP at /mcp", 2)  # fmt: skip
+    servers = _servers()
+    principal = acting(name)
+    config = settings()
+    found = Gateway(service(), list(servers.servers), wait=config.mcp_wait)
+    serve_stdio(found, principal)

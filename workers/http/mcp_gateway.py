@@ -9,7 +9,7 @@ loop: no thread, no connection held while waiting)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,10 +17,8 @@ import anyio
 import mcp_types as types
 from anyio import to_thread
 from fastapi import FastAPI
-from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from pydantic import JsonValue
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.routing import Route
@@ -30,7 +28,8 @@ from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.handlers import Handlers
 from airlock.workers.http.hub import CLOSE, Hubs
 from airlock.workers.http.problems import ProblemError, refusal
-from airlock.workers.mcp.gateway import Answer, Gateway, UnknownToolError, answer
+from airlock.workers.mcp.gateway import Gateway
+from airlock.workers.mcp.server import build_server
 from airlock.workers.service.principals import Principal
 
 PATH = "/mcp"
@@ -46,8 +45,12 @@ class McpEndpoint:
         self.auth = auth
         self.handlers = handlers
         self.hubs = hubs
-        self.server: Server[Any] = Server(
-            "airlock", version="0.1.0", on_list_tools=self._list, on_call_tool=self._call
+        self.server = build_server(
+            gateway,
+            caller=_principal,
+            in_thread=handlers.in_thread,
+            wait_run=self.wait_run,
+            attending=_present,
         )
         self.manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=True
@@ -68,31 +71,6 @@ class McpEndpoint:
         scope.setdefault("state", {})["principal"] = self.handlers.principal_of(caller)
         await self.manager.handle_request(scope, receive, send)
 
-    async def _list(
-        self, ctx: Any, params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        tools = await self.handlers.in_thread(self.gateway.tools)
-        listed = [
-            types.Tool(
-                name=t.name, description=t.description, input_schema=dict(t.definition.input_schema)
-            )
-            for t in tools
-        ]
-        return types.ListToolsResult(tools=listed)
-
-    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal = _principal(ctx)
-        arguments: Mapping[str, JsonValue] = params.arguments or {}
-        try:
-            found = await answer(
-                self.gateway, principal, params.name, arguments,
-                in_thread=self.handlers.in_thread, wait_run=self.wait_run,
-                present=lambda: _present(ctx),
-            )  # fmt: skip
-        except UnknownToolError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
-        return result(found)
-
     async def wait_run(self, run_id: str, seconds: float) -> None:
         """Until the run is over, or ``seconds`` passed."""
         hub = self.hubs.here()
@@ -103,14 +81,6 @@ class McpEndpoint:
                     pass
         finally:
             hub.leave(watch)
-
-
-def result(found: Answer) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=found.text)],
-        is_error=found.is_error,
-        _meta=found.meta or None,
-    )
 
 
 async def _present(ctx: Any) -> bool:
