@@ -388,26 +388,3 @@ class McpReviewRow(Base):
     call_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     tool: Mapped[str] = mapped_column(String(250))
     fingerprint: Mapped[str] = mapped_column(String(64))
-
-
-class McpGatewayCallRow(Base):
-    """A call the MCP gateway holds for a person: a principal's call of one tool with
-    one set of arguments, and the run of the agent ``mcp`` that holds it. ``open_key``
-    (the digest of principal, tool and arguments) is set while the call is open: an
-    identical call attaches to it (its unique key makes two concurrent ones one); it is
-    cleared in the same statement that marks the result returned."""
-
-    __tablename__ = "mcp_gateway_calls"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    open_key: Mapped[str | None] = mapped_column(String(64), unique=True)
-    digest: Mapped[str] = mapped_column(String(64))
-    principal: Mapped[str] = mapped_column(String(500))
-    server: Mapped[str] = mapped_column(String(40))
-    tool: Mapped[str] = mapped_column(String(250))
-    run_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("agent_runs.id", ondelete="CASCADE")
-    )
-    created_at: Mapped[datetime]
-    returned_at: Mapped[datetime | None]
-    __table_args__ = (Index("ix_mcp_gateway_calls_run_id", "run_id"),)

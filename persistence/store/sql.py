@@ -37,7 +37,6 @@ from airlock.persistence.models import (
     DecisionRow,
     GrantRow,
     InboxSessionRow,
-    McpGatewayCallRow,
     McpPinRow,
     McpReviewRow,
     OutboxRow,
@@ -46,6 +45,7 @@ from airlock.persistence.models import (
     ToolCallRow,
     WebhookReceiptRow,
 )
+from airlock.persistence.models_gateway import McpGatewayCallRow
 from airlock.persistence.store.common import Event
 
 RUNS = cast(Table, AgentRun.__table__)
