@@ -32,6 +32,16 @@ class HeldCall:
     """Whether this ``open`` made it (else it attached to one open already)."""
 
 
+@dataclass(frozen=True, slots=True)
+class GatewayFigures:
+    held: list[tuple[str, str, int]]
+    """(server, tool, calls) held open now."""
+    returned: list[tuple[str, str, int]]
+    """(server, tool, calls) whose result was returned."""
+    waits: list[float]
+    """Seconds from each recent returned call's first ask to its result, ascending."""
+
+
 class GatewayCalls:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -85,14 +95,27 @@ class GatewayCalls:
             closed = s.execute(statement).rowcount
         return bool(closed)
 
-    def held(self) -> list[tuple[str, str, int]]:
-        """The calls held open now: (server, tool, how many)."""
+    def figures(self, recent: int = 1000) -> GatewayFigures:
+        """What ``airlock stats`` shows: the calls held now and those whose result was
+        returned, by server and tool; how long the recent returned ones took."""
         table = MCP_GATEWAY_CALLS
+        held = table.c.open_key.is_not(None)
         query = (
-            select(table.c.server, table.c.tool, func.count())
-            .where(table.c.open_key.is_not(None))
-            .group_by(table.c.server, table.c.tool)
+            select(table.c.server, table.c.tool, held.label("held"), func.count())
+            .group_by(table.c.server, table.c.tool, held)
             .order_by(table.c.server, table.c.tool)
         )
+        spans = (
+            select(table.c.created_at, table.c.returned_at)
+            .where(table.c.returned_at.is_not(None))
+            .order_by(table.c.returned_at.desc())
+            .limit(recent)
+        )
         with self._ctx.conns.one() as s:
-            return [(r[0], r[1], int(r[2])) for r in s.execute(query).all()]
+            rows = s.execute(query).all()
+            waited = [(r[1] - r[0]).total_seconds() for r in s.execute(spans).all()]
+        return GatewayFigures(
+            held=[(r[0], r[1], int(r[3])) for r in rows if r[2]],
+            returned=[(r[0], r[1], int(r[3])) for r in rows if not r[2]],
+            waits=sorted(waited),
+        )

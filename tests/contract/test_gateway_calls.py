@@ -27,10 +27,14 @@ def test_identical_calls_attach_until_the_result_is_returned(engine: Engine) -> 
     assert first.created and not again.created and again.id == first.id
     other = calls.open("e" * 64, "api:ann", "bank", "bank__transfer")
     assert other.id != first.id
-    assert calls.held() == [("bank", "bank__transfer", 2)]
+    assert calls.figures().held == [("bank", "bank__transfer", 2)]
 
     assert calls.close(first.id) is True
     assert calls.close(first.id) is False  # returned once: the second mark changes nothing
+    figures = calls.figures()
+    assert figures.held == [("bank", "bank__transfer", 1)]
+    assert figures.returned == [("bank", "bank__transfer", 1)]
+    assert len(figures.waits) == 1 and figures.waits[0] >= 0
     anew = calls.open(DIGEST, "api:ann", "bank", "bank__transfer")
     assert anew.created and anew.id != first.id
 

@@ -252,6 +252,21 @@ def test_pending_then_the_retry_on_another_instance_returns_it(
     assert len(gateway_runs(stack)) == 2
     assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
 
+    stats = subprocess.run(
+        [sys.executable, "-m", "airlock.workers", "stats", "--json"],
+        env=airlock_env(stack.config, stack.outbox), capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    figures = json.loads(stats.stdout)["mcp_gateway"]
+    assert figures["held"] == [{"server": "bank", "tool": "bank__transfer", "calls": 1}]
+    assert figures["returned"] == [{"server": "bank", "tool": "bank__transfer", "calls": 1}]
+    assert figures["wait_p50_seconds"] > 0
+    metrics = httpx.get(f"{second}/metrics", timeout=30).text
+    assert (
+        'airlock_mcp_gateway_calls_total{outcome="decided",server="bank",tool="transfer"} 1.0'
+        in metrics
+    )
+
 
 def test_a_denied_call_answers_the_reason(gateway: Gateway, bank: Bank) -> None:  # noqa: F811
     stack, base = gateway(wait="1")

@@ -19,6 +19,7 @@ from anyio import to_thread
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from prometheus_client import Counter, Histogram
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.routing import Route
@@ -28,7 +29,7 @@ from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.handlers import Handlers
 from airlock.workers.http.hub import CLOSE, Hubs
 from airlock.workers.http.problems import ProblemError, refusal
-from airlock.workers.mcp.gateway import Gateway
+from airlock.workers.mcp.gateway import Answer, Gateway
 from airlock.workers.mcp.server import build_server
 from airlock.workers.service.principals import Principal
 
@@ -51,6 +52,21 @@ class McpEndpoint:
             in_thread=handlers.in_thread,
             wait_run=self.wait_run,
             attending=_present,
+            observe=self.observe,
+        )
+        self.calls = Counter(
+            "airlock_mcp_gateway_calls_total",
+            "MCP gateway tools/call answers, by server, tool and outcome (forwarded, "
+            "denied, invalid, decided: a held call's result, pending: still held)",
+            ["server", "tool", "outcome"],
+            registry=handlers.metrics.registry,
+        )
+        self.waits = Histogram(
+            "airlock_mcp_gateway_wait_seconds",
+            "How long a held tools/call waited for its run, by server, tool and outcome",
+            ["server", "tool", "outcome"],
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300),
+            registry=handlers.metrics.registry,
         )
         self.manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=True
@@ -70,6 +86,12 @@ class McpEndpoint:
             return
         scope.setdefault("state", {})["principal"] = self.handlers.principal_of(caller)
         await self.manager.handle_request(scope, receive, send)
+
+    def observe(self, name: str, found: Answer, seconds: float) -> None:
+        server, _, tool = name.partition("__")
+        self.calls.labels(server, tool, found.outcome).inc()
+        if found.outcome in ("decided", "pending"):
+            self.waits.labels(server, tool, found.outcome).observe(seconds)
 
     async def wait_run(self, run_id: str, seconds: float) -> None:
         """Until the run is over, or ``seconds`` passed."""

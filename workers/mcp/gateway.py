@@ -91,6 +91,9 @@ class Answer:
     text: str
     is_error: bool
     meta: dict[str, JsonValue] = field(default_factory=dict)
+    outcome: str = "forwarded"
+    """For the metrics: ``forwarded`` (allowed), ``denied`` (by the policy), ``invalid``,
+    ``decided`` (a held call's result: approved, denied or expired), ``pending``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +199,7 @@ class Gateway:
             "call again with the same arguments to get its result"
         )
         meta: dict[str, JsonValue] = {RUN_META: run_id, STATUS_META: "waiting_for_approval"}
-        return Answer(text, True, meta)
+        return Answer(text, True, meta, "pending")
 
 
 def result_of(run: Run) -> Answer:
@@ -204,11 +207,11 @@ def result_of(run: Run) -> Answer:
     if run.status is RunStatus.COMPLETED and run.output:
         try:
             found = json.loads(run.output)
-            return Answer(str(found["text"]), bool(found["isError"]), meta)
+            return Answer(str(found["text"]), bool(found["isError"]), meta, "decided")
         except (ValueError, KeyError, TypeError):
-            return Answer(run.output, False, meta)
+            return Answer(run.output, False, meta, "decided")
     why = run.error or f"the run was {run.status.value}"
-    return Answer(f"not executed: {why}", True, meta)
+    return Answer(f"not executed: {why}", True, meta, "decided")
 
 
 def _metadata(principal: Principal, tool: McpTool) -> dict[str, JsonValue]:
@@ -232,10 +235,10 @@ async def answer(
     try:
         tool.validate(arguments)
     except ToolArgumentsError as exc:
-        return Answer(f"Error: {exc}; not executed, no approval asked", True)
+        return Answer(f"Error: {exc}; not executed, no approval asked", True, outcome="invalid")
     judged: Judged = await in_thread(lambda: gateway.judge(principal, tool, arguments))
     if judged.verdict == "deny":
-        return Answer(f"denied: {judged.reason}", True)
+        return Answer(f"denied: {judged.reason}", True, outcome="denied")
     if judged.verdict == "allow":
         return await in_thread(lambda: gateway.forward(tool, arguments))  # type: ignore[no-any-return]
     held: HeldCall = await in_thread(lambda: gateway.hold(principal, tool, arguments))

@@ -24,6 +24,8 @@ Caller = Callable[[Any], Principal]
 """The principal of a request (its context)."""
 Attending = Callable[[Any], Awaitable[bool]]
 """Whether the client of a request (its context) still waits for the answer."""
+Observe = Callable[[str, Answer, float], None]
+"""Told of each answered call: the tool's full name, the answer, the seconds it took."""
 POLL = 0.5
 """Seconds between two reads of a held call's run, for a door without a stream hub."""
 
@@ -35,6 +37,7 @@ def build_server(
     in_thread: InThread,
     wait_run: Waiter,
     attending: Attending | None = None,
+    observe: Observe | None = None,
 ) -> Server[Any]:
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -53,6 +56,7 @@ def build_server(
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments: Mapping[str, JsonValue] = params.arguments or {}
         present = (lambda: attending(ctx)) if attending is not None else None
+        started = time.monotonic()
         try:
             found = await answer(
                 gateway, caller(ctx), params.name, arguments,
@@ -60,6 +64,8 @@ def build_server(
             )  # fmt: skip
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        if observe is not None:
+            observe(params.name, found, time.monotonic() - started)
         return result(found)
 
     return Server("airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
