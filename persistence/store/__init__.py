@@ -40,7 +40,7 @@ from airlock.persistence.store.context import Context
 from airlock.persistence.store.decisions import Decisions, Receipt
 from airlock.persistence.store.dialects import statements_for
 from airlock.persistence.store.events import Events
-from airlock.persistence.store.gateway import GatewayCalls, HeldCall
+from airlock.persistence.store.gateway import GatewayCalls, GatewayFigures, HeldCall
 from airlock.persistence.store.grants import Grants
 from airlock.persistence.store.ledger import Ledger, Prior
 from airlock.persistence.store.mcp import McpPins, Pin
@@ -58,6 +58,7 @@ __all__ = [
     "Clock",
     "Event",
     "GatewayCalls",
+    "GatewayFigures",
     "HeldCall",
     "LeaseLostError",
     "McpPins",

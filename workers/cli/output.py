@@ -146,7 +146,7 @@ def gateway_view(service: Service) -> JsonValue:
     declared): calls held now and returned, by server and tool; wait p50/p99."""
     if settings().mcp_servers is None:
         return None
-    found = service.store.gateway.figures()
+    found = service.gateway_figures()
     waits = found.waits
 
     def rows(of: list[tuple[str, str, int]]) -> JsonValue:
