@@ -26,4 +26,5 @@ AGENTS = [
     _calls("deposit", {"amount": 7}),
     _calls("refuse", {}),
     _calls("statement", {}),
+    _calls("hologram", {}),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ImageContent, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 
 app = MCPServer("bank")
 VARIANT = os.environ.get("BANK_VARIANT", "1")
@@ -83,6 +83,14 @@ def statement(ctx: Context[Any, Any]) -> list[TextContent | ImageContent]:
         TextContent(type="text", text="x" * 200_000),
         ImageContent(type="image", data="aGVsbG8=", mime_type="image/png"),
     ]
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def hologram(ctx: Context[Any, Any]) -> CallToolResult:
+    """Answers a content type no revision of MCP has."""
+    _count("hologram", ctx)
+    block: Any = {"type": "hologram", "data": "aGk="}
+    return CallToolResult.model_construct(content=[block], is_error=False)
 
 
 if os.environ.get("BANK_HOSTILE"):

@@ -70,6 +70,7 @@ class Bank:
         path.write_text(
             "[servers.bank]\n" + transport + "timeout = 10\n\n[servers.bank.tools]\n"
             'balance = { effect = "read" }\nstatement = { effect = "read" }\n'
+            'hologram = { effect = "read" }\n'
             'deposit = { effect = "idempotent_write" }\naudit = { effect = "write" }\n'
         )
         return path
@@ -123,12 +124,9 @@ def mcp_stack(
 
 
 def _forget() -> None:
-    """This process's MCP settings, pins' store and agents, made anew by the next stack."""
-    if tools.pin_store.cache_info().currsize:
-        tools.pin_store().engine.dispose()
+    """This process's MCP settings and agents, made anew by the next stack."""
     settings_module.settings.cache_clear()
     tools.servers.cache_clear()
-    tools.pin_store.cache_clear()
     sys.modules.pop("tests.integration.mcp_agents", None)
 
 
@@ -204,6 +202,12 @@ def test_an_upstream_error_huge_result_and_picture_reach_the_model(
     assert "[cut: the result had 200000 characters" in result
     assert result.endswith(
         "[image image/png, 8 characters of data; kept in the run's events, not shown]"
+    )
+    odd, _ = stack.service.start_run("mcp_hologram", "show me")
+    stack.wait_status(odd.id, RunStatus.COMPLETED)  # a content type MCP does not have
+    assert tool_result(stack, odd.id) == (
+        "Error: tool \"bank__hologram\" failed: MCP server 'bank' answered tools/call of "
+        "'hologram' with a malformed result. It may have run upstream."
     )
     kept = [e.payload for e in stack.service.store.events.read(big.id) if e.kind == "mcp_content"]
     assert kept[0]["content"] == [{"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}]
@@ -355,3 +359,15 @@ def test_airlock_mcp_list_and_pin(mcp_stack: McpStack, bank: Bank) -> None:
     assert pinned.returncode == 0 and "pinned bank__transfer" in pinned.stdout
     listed = json.loads(airlock("mcp", "list", "--json").stdout)
     assert {t["drift"] for t in listed["servers"][0]["tools"]} == {"pinned"}
+
+
+def test_a_stdio_server_under_the_gevent_pool_is_refused_clearly(
+    mcp_stack: McpStack, bank: Bank
+) -> None:
+    stack = mcp_stack(stdio=True)
+    stack.worker(airlock=True)  # on Redis: -P gevent
+    run, _ = stack.service.start_run("mcp_balance", "how much?")
+    stack.wait_status(run.id, RunStatus.COMPLETED)
+    told = tool_result(stack, run.id)
+    assert "is a stdio server, which a gevent worker cannot start" in told
+    assert bank.calls()[f"balance {key(run.id)}"] == 0

@@ -107,7 +107,13 @@ class SessionPool:
         key = _key(server)
         session = self._sessions.get(key)
         if session is None or session.dead:
-            session = _Session(self._connect(server))
+            try:
+                client = self._connect(server)
+            except Exception as exc:  # nothing was sent
+                raise McpUnavailableError(
+                    f"MCP server {server.name!r} is unavailable: {exc}"
+                ) from exc
+            session = _Session(client)
             self._sessions[key] = session
             assert self._tasks is not None
             self._tasks.start_soon(session.hold)

@@ -28,7 +28,7 @@ from mcp.types import (
 from pydantic import JsonValue, ValidationError
 
 from airlock.loop import AirlockError
-from airlock.workers.mcp import pool
+from airlock.workers.mcp import green, pool
 from airlock.workers.mcp.catalog import Definition
 from airlock.workers.mcp.config import ServerConfig
 from airlock.workers.service.backoff import backoff
@@ -106,7 +106,10 @@ def call(
     meta = cast(RequestParamsMeta, fields)  # a TypedDict that takes any extra key
 
     async def send(client: Client) -> CallToolResult:
-        return await client.call_tool(tool, arguments, meta=meta)
+        # the session's call, not ``Client.call_tool``: that one re-lists and sends again
+        # when the server says the tool's schema changed (HEADER_MISMATCH), which would
+        # run a tool other than the one pinned and reviewed
+        return await client.session.call_tool(tool, arguments, meta=meta)
 
     result: CallToolResult = _attempts(
         server, send, f"tools/call of {tool!r}", repeatable=repeatable, deadline=server.timeout
@@ -125,6 +128,12 @@ def _attempts(
     """``operation`` until it answers, within ``deadline`` seconds, with backoff: tried
     again when nothing was sent (the server could not be reached), or when the answer
     was lost and ``repeatable``."""
+    if server.command is not None and green.green():
+        raise McpCallError(
+            f"MCP server {server.name!r} is a stdio server, which a gevent worker cannot "
+            "start (declare it by url, or run the worker with -P prefork or -P threads)",
+            maybe_ran=False,
+        )
     ends = time.monotonic() + deadline
     attempt = 0
     while True:

@@ -8,11 +8,13 @@ first import; ``airlock mcp pin`` replaces it) and has the effect the operator d
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 
 import jsonschema
 from pydantic import JsonValue
+from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.loop import Effect, Tool, ToolArgumentsError, ToolContext, ToolSchema
 from airlock.loop.messages import JsonObject
@@ -111,10 +113,16 @@ def servers() -> Servers:
     return load_servers(path)
 
 
-@lru_cache(maxsize=1)
-def pin_store() -> RunStore:
+@contextmanager
+def pin_store() -> Iterator[RunStore]:
+    """A store for the import's pins, on an engine of its own that is closed after it: an
+    import runs before a prefork pool forks, and a child must not share its connections."""
     config = settings()
-    return RunStore(make_engine(config.database_url), cipher=StateCipher(config.state_key))
+    engine = make_engine(config.database_url)
+    try:
+        yield RunStore(engine, cipher=StateCipher(config.state_key))
+    finally:
+        engine.dispose()
 
 
 def mcp_tools(server: str) -> list[Tool]:
@@ -125,18 +133,32 @@ def mcp_tools(server: str) -> list[Tool]:
     pinned tools are offered, and their calls fail until it answers. A tool whose
     name or schema no model could use is left out, with a logged reason."""
     config = servers().get(server)
-    store = pin_store()
     try:
         live = runtime.list_tools(config, timeout=min(config.timeout, IMPORT_TIMEOUT))
     except runtime.McpCallError as exc:
         log.warning("%s; offering its pinned tools", exc, extra={"action": "mcp.unavailable"})
         live = []
-    for definition in usable(config, live):
-        store.mcp.record_first(
-            server, definition.name, definition.fingerprint(), definition.as_json()
-        )
-    pinned = [Definition.from_json(p.definition) for p in store.mcp.pins(server).values()]
+    try:
+        pinned = _pin_first(config, usable(config, live))
+    except SQLAlchemyError as exc:  # no pins table yet (airlock db upgrade), or no database
+        log.error(
+            "MCP server %r: its tools' pins cannot be read or recorded (%s); its calls are "
+            "refused as drifted until they can",
+            server, type(exc).__name__, extra={"action": "mcp.pins_unavailable"},
+        )  # fmt: skip
+        pinned = live
     return [McpTool(config, d) for d in usable(config, pinned)]
+
+
+def _pin_first(config: ServerConfig, live: list[Definition]) -> list[Definition]:
+    """Pin the tools not pinned yet as listed (the first import); every pinned one."""
+    with pin_store() as store:
+        for definition in live:
+            store.mcp.record_first(
+                config.name, definition.name, definition.fingerprint(), definition.as_json()
+            )
+        pins = store.mcp.pins(config.name)
+    return [Definition.from_json(p.definition) for p in pins.values()]
 
 
 def usable(config: ServerConfig, definitions: list[Definition]) -> list[Definition]:
@@ -150,8 +172,10 @@ def usable(config: ServerConfig, definitions: list[Definition]) -> list[Definiti
                 definition.input_schema
             )
         except (BadToolError, jsonschema.SchemaError) as exc:
-            log.error("MCP server %r: %s", config.name, str(exc).splitlines()[0],
-                      extra={"action": "mcp.tool_refused"})  # fmt: skip
+            log.error(
+                "MCP server %r: %s", config.name, str(exc).splitlines()[0],
+                extra={"action": "mcp.tool_refused"},
+            )  # fmt: skip
             continue
         kept.append(definition)
     return kept
