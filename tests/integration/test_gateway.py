@@ -333,3 +333,19 @@ def test_stdio_gateway_for_a_local_client(gateway: Gateway, bank: Bank) -> None:
     done = anyio.run(session, "bank__transfer", arguments)
     assert (done.is_error, text(done)) == (False, "sent 12 EUR to jon")
     assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
+
+
+def test_an_allowed_call_of_a_tool_changed_upstream_is_not_sent(
+    gateway: Gateway,
+    bank: Bank,  # noqa: F811
+) -> None:
+    _, base = gateway()
+    assert not call(base, "bank__transfer", {"to": "kim", "amount": 1}).is_error
+    bank.stop()
+    bank.start(variant="2")  # transfer's description changed: its fingerprint too
+    drifted = call(base, "bank__transfer", {"to": "kim", "amount": 1})
+    assert drifted.is_error
+    assert text(drifted) == (
+        'Error: tool "bank__transfer" changed upstream since it was pinned; not executed.'
+    )
+    assert len(transfers(bank)) == 1

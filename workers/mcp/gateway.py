@@ -40,6 +40,7 @@ from airlock.loop.gate import classify
 from airlock.persistence.domain import Run, RunStatus
 from airlock.persistence.store import HeldCall
 from airlock.workers.mcp import runtime
+from airlock.workers.mcp.guard import drifted
 from airlock.workers.mcp.tools import McpTool, mcp_tools
 from airlock.workers.service import Service
 from airlock.workers.service.principals import Principal
@@ -93,7 +94,8 @@ class Answer:
     meta: dict[str, JsonValue] = field(default_factory=dict)
     outcome: str = "forwarded"
     """For the metrics: ``forwarded`` (allowed), ``denied`` (by the policy), ``invalid``,
-    ``decided`` (a held call's result: approved, denied or expired), ``pending``."""
+    ``decided`` (a held call's result: approved, denied or expired), ``pending``,
+    ``drifted`` (an allowed call of a tool that changed upstream: not sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +151,13 @@ class Gateway:
         return Judged("allow" if pending.preset is not None else "ask")
 
     def forward(self, tool: McpTool, arguments: Mapping[str, JsonValue]) -> Answer:
-        """An allowed call, made now (its key: ``gateway:<uuid>``)."""
+        """An allowed call, made now (its key: ``gateway:<uuid>``), only while the
+        server lists the tool as pinned (else nothing is sent: the drift guard's answer)."""
         try:
+            live = {d.name: d for d in runtime.list_tools(tool.server)}
+            now = live.get(tool.definition.name)
+            if now is None or now.fingerprint() != tool.fingerprint:
+                return Answer(drifted(tool.name), True, outcome="drifted")
             outcome = runtime.call(
                 tool.server, tool.definition.name, dict(arguments),
                 idempotency_key=f"gateway:{uuid.uuid4()}",
