@@ -3,13 +3,15 @@
 The ``mcp`` SDK is asyncio (anyio); a worker's segments are greenlets (or threads).
 Each server gets one session per process, opened on first use and kept across
 segments; a session that failed is dropped and the next call opens a new one. The
-segments reach the loop through anyio's ``BlockingPortal`` (its documented door from
-other threads) and wait for the answer through ``green.wait``, which lets the other
-segments of a gevent worker run meanwhile.
+segments hand it their coroutines with ``asyncio.run_coroutine_threadsafe``
+(asyncio's documented door from other threads) and wait for the answer through
+``green.wait``, which lets the other segments of a gevent worker run meanwhile. The
+loop waits on a selector of the OS, not gevent's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -18,8 +20,6 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx2
-from anyio.abc import TaskGroup
-from anyio.from_thread import BlockingPortal
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -84,15 +84,17 @@ class SessionPool:
     def __init__(self, connect: Callable[[ServerConfig], Client] = client_for) -> None:
         self._connect = connect
         self._lock = native.lock()
-        self._portal: BlockingPortal | None = None
-        self._tasks: TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, _Session] = {}
+        self._holders: set[asyncio.Task[None]] = set()
 
     def run(self, server: ServerConfig, operation: Operation[T], *, timeout: float) -> T:
         """``operation`` on the server's session, within ``timeout`` seconds (then
         ``TimeoutError``). A failure drops the session: the next call opens a new one."""
-        future = self._started().start_task_soon(self._run, server, operation, timeout)
-        return green.wait(future)
+        # handed over without waiting (anyio's BlockingPortal waits for the loop to take
+        # a task, on a lock of the hub that only the loop thread would release)
+        coroutine = self._run(server, operation, timeout)
+        return green.wait(asyncio.run_coroutine_threadsafe(coroutine, self._started()))
 
     async def _run(self, server: ServerConfig, operation: Operation[T], timeout: float) -> T:
         with anyio.fail_after(timeout):
@@ -115,8 +117,9 @@ class SessionPool:
                 ) from exc
             session = _Session(client)
             self._sessions[key] = session
-            assert self._tasks is not None
-            self._tasks.start_soon(session.hold)
+            holder = asyncio.get_running_loop().create_task(session.hold())
+            self._holders.add(holder)  # kept: the loop holds its tasks weakly
+            holder.add_done_callback(self._holders.discard)
         await session.ready.wait()
         if session.dead:
             self._drop(key, session)
@@ -129,32 +132,29 @@ class SessionPool:
         if self._sessions.get(key) is session:
             del self._sessions[key]
 
-    def _started(self) -> BlockingPortal:
+    def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._portal is None:
-                self._start()
-            assert self._portal is not None
-            return self._portal
+            if self._loop is None:
+                self._loop = self._start()
+            return self._loop
 
-    def _start(self) -> None:
+    def _start(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.SelectorEventLoop(native.selector())
         ready = native.lock()
         ready.acquire()
 
-        async def main() -> None:
-            async with anyio.create_task_group() as tasks, BlockingPortal() as portal:
-                self._tasks, self._portal = tasks, portal
-                ready.release()
-                await portal.sleep_until_stopped()
-
         def thread() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.release)
             try:
-                anyio.run(main)
+                loop.run_forever()
             except BaseException:  # the thread must say why it ended
                 log.exception("MCP loop ended", extra={"action": "mcp.loop_ended"})
                 raise
 
         native.start_thread(thread)
         ready.acquire()  # a few milliseconds: the loop thread starting
+        return loop
 
 
 _POOLS: dict[int, SessionPool] = {}

@@ -36,3 +36,10 @@ def lock() -> Any:
 def sleep(seconds: float) -> None:
     """Sleep this OS thread."""
     _original("time", "sleep")(seconds)
+
+
+def selector() -> Any:
+    """A selector of the OS: an asyncio loop in an OS thread waits on it (gevent's, the
+    patched default, would wait on a hub of that thread, which has nothing else to run
+    and ends the wait with ``LoopExit``)."""
+    return _original("selectors", "DefaultSelector")()
