@@ -1,2 +1,3 @@
-"""Persistence: the SQLAlchemy models (split over ``models``, ``models_mcp`` and
-``models_tallies``; ``metadata`` holds every table), the store, engine, crypto."""
+"""Persistence: the SQLAlchemy models (split over ``models``, ``models_mcp``,
+``models_tallies`` and ``models_gateway``; ``metadata`` holds every table), the store,
+engine, crypto."""

@@ -13,7 +13,8 @@
 - ``throttle``: failed sign-ins, per client and per name (``SignInThrottle``);
 - ``beat``: when each of beat's jobs last ran (``BeatJobs``);
 - ``grants``: standing grants, and the suspension they release (``Grants``);
-- ``mcp``: MCP tools' pins and the fingerprints their suspended calls were reviewed under.
+- ``mcp``: MCP tools' pins and the fingerprints their suspended calls were reviewed under;
+- ``gateway``: the MCP gateway's held calls (``GatewayCalls``).
 
 The dialect is chosen once (``dialects.statements_for``); every part sees only the
 ``Statements`` protocol. ORM rows never leave the store: it hands out the values of
@@ -40,6 +41,7 @@ from airlock.persistence.store.context import Context
 from airlock.persistence.store.decisions import Decisions, Receipt
 from airlock.persistence.store.dialects import statements_for
 from airlock.persistence.store.events import Events
+from airlock.persistence.store.gateway import GatewayCalls, GatewayFigures, HeldCall
 from airlock.persistence.store.grants import Grants
 from airlock.persistence.store.ledger import Ledger, Prior
 from airlock.persistence.store.mcp import McpPins, Pin
@@ -57,6 +59,9 @@ __all__ = [
     "BadCursorError",
     "Clock",
     "Event",
+    "GatewayCalls",
+    "GatewayFigures",
+    "HeldCall",
     "LeaseLostError",
     "McpPins",
     "Pin",
@@ -104,6 +109,7 @@ class RunStore:
         self.beat = BeatJobs(ctx)
         self.grants = Grants(ctx, self.transitions)
         self.mcp = McpPins(ctx)
+        self.gateway = GatewayCalls(ctx)
 
     def hold_connections(self) -> None:
         """The calling thread keeps its connections between statements (a worker's

@@ -43,6 +43,7 @@ from airlock.persistence.models import (
     ToolCallRow,
     WebhookReceiptRow,
 )
+from airlock.persistence.models_gateway import McpGatewayCallRow
 from airlock.persistence.models_mcp import McpPinRow, McpReviewRow
 from airlock.persistence.models_tallies import RunTallyRow
 from airlock.persistence.store.common import Event
@@ -61,6 +62,7 @@ GRANTS = cast(Table, GrantRow.__table__)
 TALLIES = cast(Table, RunTallyRow.__table__)
 MCP_PINS = cast(Table, McpPinRow.__table__)
 MCP_REVIEWS = cast(Table, McpReviewRow.__table__)
+MCP_GATEWAY_CALLS = cast(Table, McpGatewayCallRow.__table__)
 
 
 def new_notification(run_id: uuid.UUID | None, event_type: str, now: datetime) -> dict[str, Any]:

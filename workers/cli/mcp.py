@@ -64,3 +64,30 @@ def mcp_pin(
         fail(str(exc), 1)
     for name in pinned:
         console.print(f"pinned {name}")
+
+
+@app.command()
+def gateway(
+    stdio: Annotated[
+        bool, typer.Option("--stdio", help="Serve one local MCP client on stdin/stdout.")
+    ] = False,
+    name: Annotated[
+        str | None,
+        typer.Option("--as", help="The local operator the calls are made as [default: OS user]."),
+    ] = None,
+) -> None:
+    """The MCP gateway for a local client (its calls judged, held and approved as
+    /mcp's; the caller is the local operator, cli:<name>)."""
+    from airlock.workers.cli.runs import acting
+    from airlock.workers.mcp.gateway import Gateway
+    from airlock.workers.mcp.server import serve_stdio
+    from airlock.workers.service.settings import settings
+
+    if not stdio:
+        fail("airlock gateway serves MCP on stdin/stdout only (--stdio); airlock api serves "
+             "it over HTTP at /mcp", 2)  # fmt: skip
+    servers = _servers()
+    principal = acting(name)
+    config = settings()
+    found = Gateway(service(), list(servers.servers), wait=config.mcp_wait)
+    serve_stdio(found, principal)

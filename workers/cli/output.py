@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
     from rich.table import Table
 
-    from airlock.workers.service import Stats
+    from airlock.workers.service import Service, Stats
 
 console = Console()
 errors = Console(stderr=True)
@@ -122,7 +122,7 @@ def progress_bar() -> Progress:
     )
 
 
-def print_stats(figures: Stats) -> None:
+def print_stats(figures: Stats, gateway: JsonValue = None) -> None:
     from rich.table import Table
 
     age = figures.oldest_waiting_seconds
@@ -151,3 +151,42 @@ def print_stats(figures: Stats) -> None:
             f"sweeper: last ran {round(sweeper.age_seconds or 0.0, 1)} s ago "
             f"({sweeper.state.value}; stale after {sweeper.stale_after.total_seconds():g} s)"
         )
+    print_gateway(gateway)
+
+
+def gateway_view(service: Service) -> JsonValue:
+    """The MCP gateway's figures for ``airlock stats`` (None when no MCP server is
+    declared): calls held now and returned, by server and tool; wait p50/p99."""
+    from airlock.workers.service.settings import settings
+
+    if settings().mcp_servers is None:
+        return None
+    found = service.gateway_figures()
+    waits = found.waits
+
+    def rows(of: list[tuple[str, str, int]]) -> JsonValue:
+        return [{"server": s, "tool": t, "calls": n} for s, t, n in of]
+
+    def quantile(q: float) -> JsonValue:
+        return round(waits[min(int(q * len(waits)), len(waits) - 1)], 3) if waits else None
+
+    return {
+        "held": rows(found.held),
+        "returned": rows(found.returned),
+        "wait_p50_seconds": quantile(0.5),
+        "wait_p99_seconds": quantile(0.99),
+    }
+
+
+def print_gateway(view: JsonValue) -> None:
+    if not isinstance(view, dict):
+        return
+    for kind in ("held", "returned"):
+        found = view[kind]
+        calls = found if isinstance(found, list) else []
+        listed = ", ".join(f"{c['tool']} {c['calls']}" for c in calls if isinstance(c, dict))
+        console.print(f"MCP gateway calls {kind}: {listed or 'none'}")
+    console.print(
+        f"MCP gateway wait (ask to result): p50 {view['wait_p50_seconds']} s, "
+        f"p99 {view['wait_p99_seconds']} s"
+    )

@@ -17,6 +17,7 @@ from airlock.workers.cli.output import (
     console,
     emit,
     fail,
+    gateway_view,
     grant_duration,
     parse_duration,
     print_listing,
@@ -336,8 +337,7 @@ def purge(
 
 @app.command()
 def stats(as_json: JsonOption = False) -> None:
-    """Runs by status, the oldest waiting approval, expired leases, recent throughput,
-    and when beat's sweeper last ran."""
+    """Runs by status, the oldest wait, leases, throughput, the sweeper, the MCP gateway."""
     from airlock.workers.service.views import sweeper_view
 
     figures = service().stats()
@@ -358,8 +358,9 @@ def stats(as_json: JsonOption = False) -> None:
             "lag_p99_seconds": lag[1],
         },
         "sweeper": sweeper_view(figures.sweeper),
+        "mcp_gateway": gateway_view(service()),
     }
     if as_json:
         emit(data)
         return
-    print_stats(figures)
+    print_stats(figures, data["mcp_gateway"])

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from airlock.persistence.domain import Run, RunStatus
-from airlock.workers.http import grants, inbox, streams
+from airlock.workers.http import grants, inbox, mcp_gateway, streams
 from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.guard import BodyGate, Gate
 from airlock.workers.http.handlers import CreateRun, Handlers, caller_of, explain
@@ -58,9 +58,10 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     watch = SchemaWatch(service.schema_status)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(watch.status)  # a schema that is not ready is logged at start
-        yield
+        async with mcp_gateway.running(app):
+            yield
 
     app = FastAPI(
         **({} if telemetry is None else {"telemetry": telemetry}),  # type: ignore[arg-type]
@@ -92,6 +93,8 @@ def create_app(service: Service, config: Settings, *, check_broker: Callable[[],
     streams.mount(app, hubs, slots)
     _operations(app, service, metrics, check_broker, watch)
     inbox.mount(app, service, auth, config, hubs=hubs, slots=slots)
+    if config.mcp_servers is not None:
+        mcp_gateway.serve(app, service, config.mcp_wait, auth=auth, handlers=handlers, hubs=hubs)
     _document_bearer(app)
     return app
 

@@ -49,7 +49,7 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
     )
     return Service(
         store=store,
-        registry=Registry.from_paths(config.agents),
+        registry=registry_of(config),
         enqueue=enqueue,
         notify=notify,
         limits=limits_of(config),
@@ -57,6 +57,18 @@ def build_service(config: Settings, enqueue: Enqueue, notify: Notify | None = No
         policy=PolicyHolder.load(config.policy, config.policy_shadow),
         traces=_traces(),
     )
+
+
+def registry_of(config: Settings) -> Registry:
+    """The agents of ``AIRLOCK_AGENTS``, and beside them the built-in agent ``mcp`` (the
+    gateway's) whenever ``AIRLOCK_MCP_SERVERS`` is set."""
+    registry = Registry.from_paths(config.agents)
+    if config.mcp_servers is None:
+        return registry
+    from airlock.workers.mcp.gateway import gateway_agent  # noqa: PLC0415 - the SDK on demand
+    from airlock.workers.mcp.tools import servers  # noqa: PLC0415
+
+    return registry.with_agent(gateway_agent(list(servers().servers)))
 
 
 @lru_cache(maxsize=1)

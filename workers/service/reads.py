@@ -11,7 +11,7 @@ from airlock.persistence import schema
 from airlock.persistence.db import read_only_engine
 from airlock.persistence.domain import Page, Run, RunEvent, RunStatus, StreamHead, WaitingMark
 from airlock.persistence.schema import SchemaStatus
-from airlock.persistence.store import Clock, RunStore
+from airlock.persistence.store import Clock, GatewayFigures, RunStore
 from airlock.workers.service.results import SWEEPER, Stats, SweeperHealth, stale_after
 from airlock.workers.service.segments import Limits
 
@@ -106,6 +106,10 @@ class Reads:
             at=now,
             sweeper=self.sweeper(),
         )
+
+    def gateway_figures(self) -> GatewayFigures:
+        """The MCP gateway's held and returned calls, and their waits (read-only)."""
+        return self.reader.gateway.figures()
 
     def sweeper(self) -> SweeperHealth:
         """When beat's sweeper last ran, and whether that is too long ago (read-only)."""

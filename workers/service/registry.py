@@ -37,6 +37,10 @@ class Registry:
             agents.extend(_load(path))
         return cls(agents)
 
+    def with_agent(self, agent: Agent) -> Registry:
+        """This registry and ``agent`` (a built-in one); two of one name are refused."""
+        return Registry([*self._agents.values(), agent])
+
     def get(self, name: str) -> Agent:
         try:
             return self._agents[name]

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from airlock.loop.durations import duration_seconds
 from airlock.persistence.db import (
     DEFAULT_DATABASE_URL,
     ConfigurationError,
@@ -88,6 +89,9 @@ class Settings(BaseSettings):
     policy_shadow: Path | None = None
     # MCP servers whose tools agents import (TOML; docs/mcp.md)
     mcp_servers: Path | None = None
+    # how long the MCP gateway holds a client's tools/call for a decision (seconds or a
+    # duration: 25, "25s", "2m")
+    mcp_wait: float = Field(default=25.0, gt=0, le=3600)
     # principals: named approval clients (JSON: {"name": {"secret": …, "roles": […]}})
     approval_clients: dict[str, ApprovalClient] = Field(default_factory=dict)
     # OIDC / JWT bearer tokens, for the run endpoints and approvals
@@ -163,6 +167,19 @@ class Settings(BaseSettings):
     @classmethod
     def _no_mcp_servers(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("mcp_wait", mode="before")
+    @classmethod
+    def _mcp_wait(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if re.fullmatch(r"\d+(\.\d+)?", text, re.ASCII):  # seconds, of ASCII digits only
+            return float(text)
+        seconds = duration_seconds(text)
+        if seconds is None:
+            raise ValueError(f"{value!r} is not seconds or a duration like 25s, 2m")
+        return seconds
 
     @field_validator("mcp_servers")
     @classmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from airlock.workers.service import Service
-from airlock.workers.service.assembly import build_service, limits_of, pool_of
+from airlock.workers.service.assembly import build_service, limits_of, pool_of, registry_of
 from airlock.workers.service.settings import Settings, settings
 from airlock.workers.tasks import broker, dispatcher, metrics
 
@@ -18,6 +18,7 @@ __all__ = [
     "dispatching_service",
     "limits_of",
     "pool_of",
+    "registry_of",
     "service",
 ]
 

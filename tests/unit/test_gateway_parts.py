@@ -1,0 +1,75 @@
+"""The MCP gateway's pure parts: the agent ``mcp``'s model, what makes two calls
+identical, a held call's answer from its run, and ``AIRLOCK_MCP_WAIT``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from airlock.loop import (
+    AssistantMessage,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from airlock.persistence.domain import Run, RunStatus
+from airlock.workers.mcp.gateway import CALL_ID, GatewayModel, digest, result_of
+from airlock.workers.service.principals import Principal
+from airlock.workers.service.settings import Settings
+
+ANN = Principal.trusted("ann")
+
+
+def test_the_model_asks_exactly_the_held_call_then_says_its_answer() -> None:
+    request = UserMessage(json.dumps({"tool": "bank__transfer", "arguments": {"amount": 5}}))
+    first = GatewayModel().complete([request], []).message
+    assert first.tool_calls == (ToolCall(CALL_ID, "bank__transfer", {"amount": 5}),)
+    asked = AssistantMessage(tool_calls=first.tool_calls)
+    denied = ToolResultMessage(CALL_ID, "bank__transfer", "denied: not today", True)
+    second = GatewayModel().complete([request, asked, denied], []).message
+    assert second.tool_calls == ()
+    assert json.loads(second.content or "") == {"isError": True, "text": "denied: not today"}
+
+
+def test_identical_calls_are_one_principal_one_tool_and_the_same_arguments() -> None:
+    same = digest(ANN, "bank__transfer", {"to": "bob", "amount": 5})
+    assert same == digest(ANN, "bank__transfer", {"amount": 5, "to": "bob"})  # key order
+    assert same != digest(ANN, "bank__transfer", {"to": "bob", "amount": 6})
+    assert same != digest(ANN, "bank__deposit", {"to": "bob", "amount": 5})
+    assert same != digest(Principal.operator("ann"), "bank__transfer", {"to": "bob", "amount": 5})
+
+
+RUN = Run(
+    id="r1", agent="mcp", status=RunStatus.COMPLETED, termination="completed", input="{}",
+    output=json.dumps({"isError": False, "text": "sent 5 EUR to bob"}), error=None,
+    iterations=2, usage=Usage(), turn_digest=None, has_checkpoint=False, suspended_at=None,
+    expires_at=None, lease_owner=None, lease_expires_at=None, attempts=1,
+    idempotency_key=None, metadata={}, created_at=datetime.now(UTC),
+    updated_at=datetime.now(UTC), version=1,
+)  # fmt: skip
+
+
+def test_a_held_call_answers_what_its_run_ended_with() -> None:
+    done = result_of(RUN)
+    assert (done.text, done.is_error, done.outcome) == ("sent 5 EUR to bob", False, "decided")
+    assert done.meta == {"io.airlock/run": "r1", "io.airlock/status": "completed"}
+    cancelled = result_of(replace(RUN, status=RunStatus.CANCELLED, output=None))
+    assert cancelled.is_error and "cancelled" in cancelled.text
+    failed = result_of(replace(RUN, status=RunStatus.FAILED, output=None, error="boom"))
+    assert failed.is_error and "boom" in failed.text
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("25", 25.0), ("2m", 120.0), ("90s", 90.0)])
+def test_the_wait_takes_seconds_or_a_duration(given: str, seconds: float) -> None:
+    assert Settings.model_validate({"mcp_wait": given}).mcp_wait == seconds
+
+
+@pytest.mark.parametrize("given", ["soon", "0", "-3", "2y", "2h"])
+def test_a_bad_wait_is_refused_naming_it(given: str) -> None:
+    with pytest.raises(ValidationError, match="mcp_wait"):
+        Settings.model_validate({"mcp_wait": given})

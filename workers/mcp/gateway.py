@@ -1,0 +1,259 @@
+"""The MCP gateway: any MCP client's ``tools/call`` of a declared server's tool, judged
+by the policy with agent ``mcp`` and the caller's principal as requester.
+
+``allow`` forwards the call (``runtime.call``); ``deny`` answers it with the reason;
+``ask`` holds it in a run of the built-in agent ``mcp`` (``gateway_agent``), whose one
+turn is exactly that call: the inbox, the webhooks, the CLI, quorum, grants and expiry
+decide it as any run's, and the worker that runs the approved run makes the call
+through the ledger (once, ``{run_id}:{call_id}`` in ``_meta``). An identical call of
+the same principal attaches to the run while its result was not returned
+(``store.gateway``). The doors (``airlock api``'s ``/mcp``, ``airlock gateway
+--stdio``) wait for the run in their own way (``Waiter``) and call ``answer``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from pydantic import JsonValue
+
+from airlock.loop import (
+    Agent,
+    AirlockError,
+    AssistantMessage,
+    Deny,
+    Effect,
+    Message,
+    ModelResponse,
+    ToolArgumentsError,
+    ToolCall,
+    ToolResultMessage,
+    ToolSchema,
+    Usage,
+    UserMessage,
+)
+from airlock.loop.canonical import sha256_hex
+from airlock.loop.gate import classify
+from airlock.persistence.domain import Run, RunStatus
+from airlock.persistence.store import HeldCall
+from airlock.workers.mcp import runtime
+from airlock.workers.mcp.guard import drifted
+from airlock.workers.mcp.tools import McpTool, mcp_tools
+from airlock.workers.service import Service
+from airlock.workers.service.principals import Principal
+
+AGENT = "mcp"
+"""The built-in agent whose runs hold the gateway's calls."""
+CALL_ID = "mcp_call"
+"""The id of the one call of a gateway run (its idempotency key: ``{run_id}:mcp_call``)."""
+RUN_META = "io.airlock/run"
+STATUS_META = "io.airlock/status"
+T = TypeVar("T")
+Verdict = Literal["allow", "ask", "deny"]
+Waiter = Callable[[str, float], Awaitable[None]]
+"""Returns once the run is over, or after the seconds given (whichever is first)."""
+InThread = Callable[[Callable[[], Any]], Awaitable[Any]]
+Present = Callable[[], Awaitable[bool]]
+"""Whether the client still waits for the answer (it did not hang up)."""
+
+
+class UnknownToolError(AirlockError, LookupError):
+    """No declared server offers a tool of this name (an MCP error, not a tool result)."""
+
+
+class GatewayModel:
+    """The agent ``mcp``'s model: its first turn is the call its run's input names; its
+    second, the call's answer, as ``{"isError": …, "text": …}`` (the run's output)."""
+
+    def complete(self, transcript: Sequence[Message], tools: Sequence[ToolSchema]) -> ModelResponse:
+        if not any(isinstance(m, AssistantMessage) for m in transcript):
+            request = next(m for m in transcript if isinstance(m, UserMessage))
+            asked = json.loads(request.content)
+            call = ToolCall(CALL_ID, str(asked["tool"]), dict(asked["arguments"]))
+            return ModelResponse(AssistantMessage(tool_calls=(call,)), Usage())
+        answer = next(m for m in reversed(transcript) if isinstance(m, ToolResultMessage))
+        output = json.dumps({"isError": answer.is_error, "text": answer.content})
+        return ModelResponse(AssistantMessage(content=output), Usage())
+
+
+def gateway_agent(servers: Sequence[str]) -> Agent:
+    """The agent ``mcp``: every declared server's tools, one call per run."""
+    tools = [t for name in servers for t in mcp_tools(name)]
+    return Agent(name=AGENT, model=GatewayModel(), tools=tools, max_iterations=2)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the client's ``tools/call`` is answered: a tool result."""
+
+    text: str
+    is_error: bool
+    meta: dict[str, JsonValue] = field(default_factory=dict)
+    outcome: str = "forwarded"
+    """For the metrics: ``forwarded`` (allowed), ``denied`` (by the policy), ``invalid``,
+    ``decided`` (a held call's result: approved, denied or expired), ``pending``,
+    ``drifted`` (an allowed call of a tool that changed upstream: not sent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    verdict: Verdict
+    reason: str = ""
+
+
+def digest(principal: Principal, tool: str, arguments: Mapping[str, JsonValue]) -> str:
+    """What makes two calls identical: the same principal, tool and arguments."""
+    return sha256_hex({"principal": principal.key, "tool": tool, "arguments": dict(arguments)})
+
+
+class Gateway:
+    def __init__(
+        self, service: Service, servers: Sequence[str], *, wait: float, inbox: str = ""
+    ) -> None:
+        self.service = service
+        self.servers = tuple(servers)
+        self.wait = wait
+        self.inbox = inbox
+        """Where a person decides (the inbox's address), said in a pending answer."""
+
+    def tools(self) -> list[McpTool]:
+        """The declared servers' tools, as pinned (a server away offers its pins)."""
+        return [t for name in self.servers for t in mcp_tools(name) if isinstance(t, McpTool)]
+
+    def tool(self, name: str) -> McpTool:
+        for tool in self.tools():
+            if tool.name == name:
+                return tool
+        raise UnknownToolError(f'unknown tool "{name}": no declared MCP server offers it')
+
+    def judge(
+        self, principal: Principal, tool: McpTool, arguments: Mapping[str, JsonValue]
+    ) -> Judged:
+        """The policy's verdict with agent ``mcp`` and the principal as requester; a
+        ``deny`` rule refuses a read too (a read is otherwise forwarded)."""
+        holder = self.service.policy
+        policy = holder.for_run(principal.id, _metadata(principal, tool)) if holder else None
+        if tool.effect is Effect.READ:
+            facts = (
+                policy.facts(AGENT, tool.name, arguments, tool.effect.value, {}) if policy else None
+            )
+            judged = policy.judge(facts) if policy and facts else None
+            if judged is not None and judged.verdict == "deny":
+                return Judged("deny", judged.reason or judged.line())
+            return Judged("allow")
+        agent = Agent(name=AGENT, model=GatewayModel(), tools=[tool], max_iterations=2)
+        pending = classify(agent, ToolCall(CALL_ID, tool.name, dict(arguments)), policy)
+        if isinstance(pending.preset, Deny):
+            return Judged("deny", pending.preset.reason or "denied by policy")
+        return Judged("allow" if pending.preset is not None else "ask")
+
+    def forward(self, tool: McpTool, arguments: Mapping[str, JsonValue]) -> Answer:
+        """An allowed call, made now (its key: ``gateway:<uuid>``), only while the
+        server lists the tool as pinned (else nothing is sent: the drift guard's answer)."""
+        try:
+            live = {d.name: d for d in runtime.list_tools(tool.server)}
+            now = live.get(tool.definition.name)
+            if now is None or now.fingerprint() != tool.fingerprint:
+                return Answer(drifted(tool.name), True, outcome="drifted")
+            outcome = runtime.call(
+                tool.server, tool.definition.name, dict(arguments),
+                idempotency_key=f"gateway:{uuid.uuid4()}",
+                repeatable=tool.effect is not Effect.WRITE,
+            )  # fmt: skip
+        except runtime.McpCallError as exc:
+            ran = " It may have run upstream." if exc.maybe_ran else " It did not run."
+            return Answer(f"{exc}.{ran}", True)
+        return Answer(outcome.text, outcome.is_error)
+
+    def hold(
+        self, principal: Principal, tool: McpTool, arguments: Mapping[str, JsonValue]
+    ) -> HeldCall:
+        """The run that holds this call: the open one of an identical call, or a new one."""
+        store = self.service.store
+        held = store.gateway.open(
+            digest(principal, tool.name, arguments), principal.key, tool.server.name, tool.name
+        )
+        if held.run_id is not None:
+            return held
+        run, _ = self.service.start_run(
+            AGENT,
+            json.dumps({"tool": tool.name, "arguments": dict(arguments)}, sort_keys=True),
+            idempotency_key=f"mcp-gateway:{held.id}",
+            metadata=_metadata(principal, tool),
+            requested_by=principal.id,
+            caller=principal.key,
+        )
+        store.gateway.bind(held.id, run.id)
+        return HeldCall(held.id, run.id, held.server, held.tool, held.principal, held.created)
+
+    def settled(self, held: HeldCall) -> Answer | None:
+        """The held call's answer once its run is over (its result then marked returned:
+        an identical call is a new call); None while it is not."""
+        assert held.run_id is not None
+        run = self.service.get_run(held.run_id)
+        if not run.status.terminal:
+            return None
+        self.service.store.gateway.close(held.id)
+        return result_of(run)
+
+    def pending(self, run_id: str) -> Answer:
+        where = f"; decide it in the inbox ({self.inbox})" if self.inbox else ""
+        text = (
+            f"approval pending: run {run_id}{where}, or with `airlock approve {run_id}`; "
+            "call again with the same arguments to get its result"
+        )
+        meta: dict[str, JsonValue] = {RUN_META: run_id, STATUS_META: "waiting_for_approval"}
+        return Answer(text, True, meta, "pending")
+
+
+def result_of(run: Run) -> Answer:
+    meta: dict[str, JsonValue] = {RUN_META: run.id, STATUS_META: run.status.value}
+    if run.status is RunStatus.COMPLETED and run.output:
+        try:
+            found = json.loads(run.output)
+            return Answer(str(found["text"]), bool(found["isError"]), meta, "decided")
+        except (ValueError, KeyError, TypeError):
+            return Answer(run.output, False, meta, "decided")
+    why = run.error or f"the run was {run.status.value}"
+    return Answer(f"not executed: {why}", True, meta, "decided")
+
+
+def _metadata(principal: Principal, tool: McpTool) -> dict[str, JsonValue]:
+    return {"mcp": {"server": tool.server.name, "tool": tool.name, "principal": principal.key}}
+
+
+async def answer(
+    gateway: Gateway,
+    principal: Principal,
+    name: str,
+    arguments: Mapping[str, JsonValue],
+    *,
+    in_thread: InThread,
+    wait_run: Waiter,
+    present: Present | None = None,
+) -> Answer:
+    """A client's ``tools/call``, answered. Raises ``UnknownToolError``. A held call's
+    result is marked returned only while its client is ``present`` (one that hung up
+    while it waited gets it on its next identical call)."""
+    tool: McpTool = await in_thread(lambda: gateway.tool(name))
+    try:
+        tool.validate(arguments)
+    except ToolArgumentsError as exc:
+        return Answer(f"Error: {exc}; not executed, no approval asked", True, outcome="invalid")
+    judged: Judged = await in_thread(lambda: gateway.judge(principal, tool, arguments))
+    if judged.verdict == "deny":
+        return Answer(f"denied: {judged.reason}", True, outcome="denied")
+    if judged.verdict == "allow":
+        return await in_thread(lambda: gateway.forward(tool, arguments))  # type: ignore[no-any-return]
+    held: HeldCall = await in_thread(lambda: gateway.hold(principal, tool, arguments))
+    assert held.run_id is not None
+    done: Answer | None = await in_thread(lambda: gateway.settled(held))
+    if done is None:
+        await wait_run(held.run_id, gateway.wait)
+        if present is not None and not await present():
+            return gateway.pending(held.run_id)
+        done = await in_thread(lambda: gateway.settled(held))
+    return done or gateway.pending(held.run_id)

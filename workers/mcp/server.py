@@ -1,0 +1,115 @@
+"""The gateway as an MCP server: the ``mcp`` SDK's own (low-level) ``Server``, whose
+``tools/list`` lists the declared servers' tools (``<server>__<tool>``, with their input
+schemas) and whose ``tools/call`` is ``gateway.answer``. Each door says who calls and
+how a held call waits: ``airlock api``'s ``/mcp`` (``airlock.workers.http.mcp_gateway``)
+and ``airlock gateway --stdio`` (``serve_stdio``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from pydantic import JsonValue
+
+from airlock.workers.mcp.gateway import Answer, Gateway, InThread, UnknownToolError, Waiter, answer
+from airlock.workers.service.principals import Principal
+
+Caller = Callable[[Any], Principal]
+"""The principal of a request (its context)."""
+Attending = Callable[[Any], Awaitable[bool]]
+"""Whether the client of a request (its context) still waits for the answer."""
+Observe = Callable[[str, Answer, float], None]
+"""Told of each answered call: the tool's full name, the answer, the seconds it took."""
+POLL = 0.5
+"""Seconds between two reads of a held call's run, for a door without a stream hub."""
+
+
+def build_server(
+    gateway: Gateway,
+    *,
+    caller: Caller,
+    in_thread: InThread,
+    wait_run: Waiter,
+    attending: Attending | None = None,
+    observe: Observe | None = None,
+) -> Server[Any]:
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = await in_thread(gateway.tools)
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=t.name, description=t.description,
+                    input_schema=dict(t.definition.input_schema),
+                )
+                for t in tools
+            ]
+        )  # fmt: skip
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments: Mapping[str, JsonValue] = params.arguments or {}
+        present = (lambda: attending(ctx)) if attending is not None else None
+        started = time.monotonic()
+        try:
+            found = await answer(
+                gateway, caller(ctx), params.name, arguments,
+                in_thread=in_thread, wait_run=wait_run, present=present,
+            )  # fmt: skip
+        except UnknownToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        if observe is not None:
+            observe(params.name, found, time.monotonic() - started)
+        return result(found)
+
+    return Server("airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def result(found: Answer) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=found.text)],
+        is_error=found.is_error,
+        _meta=found.meta or None,
+    )
+
+
+def polling_waiter(gateway: Gateway) -> Waiter:
+    """Waits for a run to be over by reading its status every ``POLL`` seconds (in a
+    thread): the stdio door's, which serves one local client."""
+
+    async def wait_run(run_id: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            run = await anyio.to_thread.run_sync(lambda: gateway.service.get_run(run_id))
+            if run.status.terminal:
+                return
+            await anyio.sleep(min(POLL, max(deadline - time.monotonic(), 0)))
+
+    return wait_run
+
+
+def serve_stdio(gateway: Gateway, principal: Principal) -> None:
+    """Serve the gateway on this process's stdin/stdout to one local client, as
+    ``principal`` (the local operator)."""
+
+    async def in_thread(work: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(work)
+
+    server = build_server(
+        gateway,
+        caller=lambda _: principal,
+        in_thread=in_thread,
+        wait_run=polling_waiter(gateway),
+    )
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
