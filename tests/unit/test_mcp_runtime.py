@@ -22,12 +22,14 @@ from airlock.workers.mcp.config import ServerConfig, parse_servers
 
 CALLS: Counter[str] = Counter()
 KEYS: list[str] = []
+TRACES: list[object] = []
 server = MCPServer("bank")
 
 
 @server.tool()
 def transfer(to: str, ctx: Context[Any, Any]) -> str:
     KEYS.append(str((ctx.request_context.meta or {}).get("io.airlock/idempotency-key")))
+    TRACES.append((ctx.request_context.meta or {}).get("traceparent"))
     CALLS["transfer"] += 1
     return f"sent to {to}"
 
@@ -63,6 +65,7 @@ class Connects:
 def connects() -> Iterator[Connects]:
     CALLS.clear()
     KEYS.clear()
+    TRACES.clear()
     connect = Connects()
     previous = dict(pool._POOLS)
     pool._POOLS.clear()
@@ -86,6 +89,22 @@ def test_the_key_travels_in_meta_and_the_session_is_reused(connects: Connects) -
     assert KEYS == ["run:c1", "run:c2"]
     assert connects.opened == 1  # one session per server per process
     assert [d.name for d in runtime.list_tools(bank())] == ["transfer", "slow", "refuse"]
+
+
+def test_the_current_span_travels_in_meta_as_traceparent(connects: Connects) -> None:
+    """With traces on, the upstream call is a child of the span that makes it (a
+    segment's tool span, the gateway's request); with no span current, none is sent."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("execute_tool transfer") as span:
+        runtime.call(bank(), "transfer", {"to": "bob"}, idempotency_key="r:c1", repeatable=False)
+    runtime.call(bank(), "transfer", {"to": "bob"}, idempotency_key="r:c2", repeatable=False)
+    context = span.get_span_context()
+    assert [
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}",
+        None,
+    ] == TRACES
 
 
 def test_an_answer_with_is_error_is_the_tools_result(connects: Connects) -> None:

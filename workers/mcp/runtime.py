@@ -32,6 +32,7 @@ from airlock.workers.mcp import green, pool
 from airlock.workers.mcp.catalog import Definition
 from airlock.workers.mcp.config import ServerConfig
 from airlock.workers.service.backoff import backoff
+from airlock.workers.service.tracing import current_traceparent
 
 IDEMPOTENCY_KEY = "io.airlock/idempotency-key"
 TRACEPARENT = "traceparent"
@@ -99,8 +100,10 @@ def call(
     traceparent: str | None = None,
 ) -> CallOutcome:
     """Call ``tool`` once (again, after a lost answer, only if ``repeatable``) within the
-    server's deadline."""
+    server's deadline. With traces on, ``_meta`` carries the current span's
+    ``traceparent`` (a segment's tool span, the gateway's request) unless one is given."""
     fields: dict[str, Any] = {IDEMPOTENCY_KEY: idempotency_key}
+    traceparent = traceparent or current_traceparent()  # the calling segment's or request's
     if traceparent:
         fields[TRACEPARENT] = traceparent
     meta = cast(RequestParamsMeta, fields)  # a TypedDict that takes any extra key

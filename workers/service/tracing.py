@@ -12,6 +12,7 @@ the process that records the decision."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -118,6 +119,21 @@ def outbound_headers() -> dict[str, str]:
     """The headers of the run an outbound call is made on behalf of (none when traces
     are off)."""
     return dict(_OUTBOUND.get() or {})
+
+
+def current_traceparent() -> str | None:
+    """The ``traceparent`` of the span current in this context (a segment's, a tool's, a
+    request's) when traces are on; None when they are off (nothing of OpenTelemetry was
+    imported, and nothing is imported here)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+        TraceContextTextMapPropagator,
+    )
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")
 
 
 def enabled(env: Mapping[str, str] = os.environ) -> bool:
