@@ -18,8 +18,9 @@ from airlock.loop import (
     UserMessage,
 )
 from airlock.persistence.domain import Run, RunStatus
-from airlock.workers.mcp.gateway import CALL_ID, GatewayModel, digest, result_of
+from airlock.workers.mcp.gateway import CALL_ID, Gateway, GatewayModel, digest, result_of
 from airlock.workers.service.principals import Principal
+from airlock.workers.service.registry import Registry, UnknownAgentError
 from airlock.workers.service.settings import Settings
 
 ANN = Principal.trusted("ann")
@@ -69,7 +70,27 @@ def test_the_wait_takes_seconds_or_a_duration(given: str, seconds: float) -> Non
     assert Settings.model_validate({"mcp_wait": given}).mcp_wait == seconds
 
 
-@pytest.mark.parametrize("given", ["soon", "0", "-3", "2y", "2h"])
+@pytest.mark.parametrize("given", ["soon", "0", "-3", "2y", "2h", "\u0663", "\u0663s"])
 def test_a_bad_wait_is_refused_naming_it(given: str) -> None:
     with pytest.raises(ValidationError, match="mcp_wait"):
         Settings.model_validate({"mcp_wait": given})
+
+
+@pytest.mark.parametrize(
+    ("inbox", "said"),
+    [
+        ("", "approval pending: run r1; decide it with `airlock approve r1`; call again"),
+        ("/inbox", "approval pending: run r1; decide it in the inbox (/inbox) or with `airlock"),
+    ],
+)
+def test_a_pending_answer_says_where_to_decide_in_one_sentence(inbox: str, said: str) -> None:
+    gateway = Gateway.__new__(Gateway)  # only its inbox is read
+    gateway.inbox = inbox
+    answer = gateway.pending("r1")
+    assert answer.is_error and answer.text.startswith(said), answer.text
+    assert answer.meta == {"io.airlock/run": "r1", "io.airlock/status": "waiting_for_approval"}
+
+
+def test_a_run_of_the_agent_mcp_where_no_server_is_declared_says_what_to_set() -> None:
+    with pytest.raises(UnknownAgentError, match="set AIRLOCK_MCP_SERVERS"):
+        Registry([]).get("mcp")

@@ -200,10 +200,10 @@ class Gateway:
         return result_of(run)
 
     def pending(self, run_id: str) -> Answer:
-        where = f"; decide it in the inbox ({self.inbox})" if self.inbox else ""
+        where = f"in the inbox ({self.inbox}) or " if self.inbox else ""
         text = (
-            f"approval pending: run {run_id}{where}, or with `airlock approve {run_id}`; "
-            "call again with the same arguments to get its result"
+            f"approval pending: run {run_id}; decide it {where}with `airlock approve "
+            f"{run_id}`; call again with the same arguments to get its result"
         )
         meta: dict[str, JsonValue] = {RUN_META: run_id, STATUS_META: "waiting_for_approval"}
         return Answer(text, True, meta, "pending")

@@ -46,7 +46,8 @@ class Registry:
             return self._agents[name]
         except KeyError:
             known = ", ".join(sorted(self._agents)) or "none"
-            raise UnknownAgentError(f"unknown agent {name!r} (configured: {known})") from None
+            hint = " (the MCP gateway's agent: set AIRLOCK_MCP_SERVERS)" if name == "mcp" else ""
+            raise UnknownAgentError(f"unknown agent {name!r}{hint} (configured: {known})") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
