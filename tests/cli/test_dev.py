@@ -120,7 +120,8 @@ def test_dev_on_a_database_it_cannot_upgrade_says_so_in_one_line(tmp_path: Path)
     port = str(free_port())
     result = airlock("dev", "--port", port, env=clean_env(), cwd=tmp_path)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "cannot upgrade the database sqlite:///./airlock.db" in result.stdout
+    # named by its absolute path (issue 47, item 3), however it was given
+    assert f"cannot upgrade the database sqlite:///{tmp_path / 'airlock.db'}" in result.stdout
     assert "f00dcafe0099" in result.stdout and "Traceback" not in result.stdout + result.stderr
 
 

@@ -194,7 +194,8 @@ def test_one_name_for_a_run_id_across_the_pages(page: Path) -> None:
 
 def test_every_shell_block_not_run_says_why() -> None:
     """The blocks of commands no test runs, each with its reason: the only ones that
-    need what a test here has not (Docker, an identity provider) or are the suite."""
+    need what a test here has not (Docker, an identity provider, a trace collector) or
+    are the suite."""
     not_run = {
         block.where: mark.reason
         for page in pages()
@@ -203,5 +204,6 @@ def test_every_shell_block_not_run_says_why() -> None:
     }
     assert all(len(reason.split()) >= 3 for reason in not_run.values()), not_run
     assert sorted(p.split(":")[0] for p in not_run) == [
-        "README.md", "docs/deploy.md", "docs/deploy.md", "docs/principals.md",
+        "README.md", "docs/deploy.md", "docs/deploy.md", "docs/operations.md",
+        "docs/principals.md",
     ]  # fmt: skip
