@@ -154,9 +154,7 @@ class Gateway:
         """An allowed call, made now (its key: ``gateway:<uuid>``), only while the
         server lists the tool as pinned (else nothing is sent: the drift guard's answer)."""
         try:
-            live = {d.name: d for d in runtime.list_tools(tool.server)}
-            now = live.get(tool.definition.name)
-            if now is None or now.fingerprint() != tool.fingerprint:
+            if runtime.live_fingerprint(tool.server, tool.definition.name) != tool.fingerprint:
                 return Answer(drifted(tool.name), True, outcome="drifted")
             outcome = runtime.call(
                 tool.server, tool.definition.name, dict(arguments),

@@ -46,11 +46,9 @@ class McpGuard:
             pin = self._store.mcp.pin(server.name, definition.name)
             expected = pin.fingerprint if pin is not None else None
         try:
-            live = {d.name: d for d in runtime.list_tools(server)}
+            found = runtime.live_fingerprint(server, definition.name)
         except runtime.McpCallError as exc:
             return ToolOutcome(f'Error: tool "{ctx.tool}" was not executed: {exc}', True)
-        now = live.get(definition.name)
-        found = now.fingerprint() if now is not None else None
         if found is not None and found == expected:
             outcome = self._inner(invocation)
             tool = invocation.tool

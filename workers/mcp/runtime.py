@@ -90,6 +90,14 @@ def _definition(tool: Any) -> Definition:
     )
 
 
+def live_fingerprint(server: ServerConfig, tool: str) -> str | None:
+    """The fingerprint of ``tool`` as the server lists it now (None: it lists no such
+    tool): what the drift checks compare with the pin or the review. ``McpCallError``
+    when the server cannot be asked."""
+    now = {d.name: d for d in list_tools(server)}.get(tool)
+    return now.fingerprint() if now is not None else None
+
+
 def call(
     server: ServerConfig,
     tool: str,
