@@ -94,3 +94,14 @@ def test_a_pending_answer_says_where_to_decide_in_one_sentence(inbox: str, said:
 def test_a_run_of_the_agent_mcp_where_no_server_is_declared_says_what_to_set() -> None:
     with pytest.raises(UnknownAgentError, match="set AIRLOCK_MCP_SERVERS"):
         Registry([]).get("mcp")
+
+
+def test_a_caller_cannot_start_a_run_of_the_gateways_own_agent() -> None:
+    """Found by an attack: ``POST /v1/runs`` with agent ``mcp`` ran any call its input
+    named, past the gateway's judgement (a deny rule on a read among others)."""
+    from airlock.loop import Agent
+
+    registry = Registry([]).with_agent(Agent(name="mcp", model=GatewayModel(), tools=[]))
+    with pytest.raises(UnknownAgentError, match="Airlock's own"):
+        registry.startable("mcp")
+    assert registry.get("mcp").name == "mcp"  # the gateway (and a resume) still find it

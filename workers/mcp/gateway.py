@@ -183,6 +183,7 @@ class Gateway:
             metadata=_metadata(principal, tool),
             requested_by=principal.id,
             caller=principal.key,
+            built_in=True,
         )
         store.gateway.bind(held.id, run.id)
         return HeldCall(held.id, run.id, held.server, held.tool, held.principal, held.created)

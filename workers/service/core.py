@@ -124,6 +124,7 @@ class Service(Notifying):
         requested_by: str | None = None,
         caller: str = "api",
         traceparent: str | None = None,
+        built_in: bool = False,
     ) -> tuple[Run, bool]:
         """Create a queued run and wake a worker. ``requested_by``: who asked for it (by
         default they may not approve its calls). Idempotency keys are ``caller``'s own
@@ -131,8 +132,9 @@ class Service(Notifying):
         API): the same key with the same request returns the first run (``created``
         is False) and enqueues nothing; with another request it raises
         ``IdempotencyMismatchError``. ``traceparent``: the caller's trace, which the
-        run's continues (when traces are on)."""
-        self.registry.get(agent)
+        run's continues (when traces are on). ``built_in``: Airlock starts a run of one of
+        its own agents (the gateway); any other caller is refused them."""
+        self.registry.get(agent) if built_in else self.registry.startable(agent)
         request = _request(agent, input, metadata or {}, requested_by)
         with self.traces.run(agent, traceparent) as traced:
             run, created = self.store.runs.create(

@@ -23,8 +23,11 @@ class UnknownAgentError(AirlockError, LookupError):
 
 
 class Registry:
-    def __init__(self, agents: Iterable[Agent]) -> None:
+    def __init__(self, agents: Iterable[Agent], built_in: Iterable[str] = ()) -> None:
         self._agents: dict[str, Agent] = {}
+        self._built_in = frozenset(built_in)
+        """Agents of Airlock's own (the MCP gateway's ``mcp``): their runs are started by
+        Airlock alone, never by a caller's request."""
         for agent in agents:
             if agent.name in self._agents:
                 raise ConfigurationError(f"AIRLOCK_AGENTS: two agents are named {agent.name!r}")
@@ -39,7 +42,17 @@ class Registry:
 
     def with_agent(self, agent: Agent) -> Registry:
         """This registry and ``agent`` (a built-in one); two of one name are refused."""
-        return Registry([*self._agents.values(), agent])
+        return Registry([*self._agents.values(), agent], {*self._built_in, agent.name})
+
+    def startable(self, name: str) -> Agent:
+        """The agent ``name``, for a caller's new run: a built-in one is refused (the
+        gateway's runs hold exactly the call it judged, under its rules)."""
+        if name in self._built_in:
+            raise UnknownAgentError(
+                f"agent {name!r} is Airlock's own (the MCP gateway's): its runs are started "
+                "by calls to /mcp or airlock gateway, not by a request for a run"
+            )
+        return self.get(name)
 
     def get(self, name: str) -> Agent:
         try:
