@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select, update
 
@@ -30,6 +31,8 @@ class HeldCall:
     principal: str
     created: bool
     """Whether this ``open`` made it (else it attached to one open already)."""
+    opened_at: datetime | None = None
+    """When the call was first asked (``find`` and ``open`` say it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +71,27 @@ class GatewayCalls:
                     found.tool,
                     found.principal,
                     found.id == new,
+                    found.created_at,
                 )
         raise RuntimeError(f"the held call {digest} kept closing while it was opened")
+
+    def find(self, call_id: str) -> HeldCall | None:
+        """The held call of this id (open or returned); None when there is none (an id
+        that is no UUID included)."""
+        try:
+            key = uuid.UUID(call_id)
+        except ValueError:
+            return None
+        with self._ctx.conns.one() as s:
+            query = select(MCP_GATEWAY_CALLS).where(MCP_GATEWAY_CALLS.c.id == key)
+            found = s.execute(query).first()
+        if found is None:
+            return None
+        run_id = None if found.run_id is None else str(found.run_id)
+        return HeldCall(
+            str(found.id), run_id, found.server, found.tool, found.principal,
+            created=False, opened_at=found.created_at,
+        )  # fmt: skip
 
     def bind(self, call_id: str, run_id: str) -> None:
         """Note the run that holds the call (the first run noted stays)."""

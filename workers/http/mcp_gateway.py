@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.routing import Route
@@ -28,8 +29,9 @@ from starlette.types import Receive, Scope, Send
 from airlock.workers.http.auth import Authenticator
 from airlock.workers.http.handlers import Handlers
 from airlock.workers.http.hub import CLOSE, Hubs
+from airlock.workers.http.metrics import CachedCollector
 from airlock.workers.http.problems import ProblemError, refusal
-from airlock.workers.mcp.gateway import Answer, Gateway
+from airlock.workers.mcp.gateway import Gateway
 from airlock.workers.mcp.server import build_server
 from airlock.workers.service import Service
 from airlock.workers.service.principals import Principal
@@ -58,7 +60,8 @@ class McpEndpoint:
         self.calls = Counter(
             "airlock_mcp_gateway_calls_total",
             "MCP gateway tools/call answers, by server, tool and outcome (forwarded, "
-            "denied, invalid, decided: a held call's result, pending: still held)",
+            "denied, invalid, drifted, decided: a held call's result, pending: still held, "
+            "task: held, answered as a task)",
             ["server", "tool", "outcome"],
             registry=handlers.metrics.registry,
         )
@@ -69,6 +72,7 @@ class McpEndpoint:
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300),
             registry=handlers.metrics.registry,
         )
+        handlers.metrics.registry.register(_HeldCollector(gateway.service))
         self.manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=True
         )
@@ -88,11 +92,11 @@ class McpEndpoint:
         scope.setdefault("state", {})["principal"] = self.handlers.principal_of(caller)
         await self.manager.handle_request(scope, receive, send)
 
-    def observe(self, name: str, found: Answer, seconds: float) -> None:
+    def observe(self, name: str, outcome: str, seconds: float) -> None:
         server, _, tool = name.partition("__")
-        self.calls.labels(server, tool, found.outcome).inc()
-        if found.outcome in ("decided", "pending"):
-            self.waits.labels(server, tool, found.outcome).observe(seconds)
+        self.calls.labels(server, tool, outcome).inc()
+        if outcome in ("decided", "pending"):
+            self.waits.labels(server, tool, outcome).observe(seconds)
 
     async def wait_run(self, run_id: str, seconds: float) -> None:
         """Until the run is over, or ``seconds`` passed."""
@@ -104,6 +108,21 @@ class McpEndpoint:
                     pass
         finally:
             hub.leave(watch)
+
+
+class _HeldCollector(CachedCollector):
+    """``airlock_mcp_gateway_held_calls``: the calls held now (their result not yet
+    returned), by server and tool, from the database (every instance's)."""
+
+    def _families(self) -> list[Any]:
+        held = GaugeMetricFamily(
+            "airlock_mcp_gateway_held_calls",
+            "MCP gateway calls held now (their result not yet returned), by server and tool",
+            labels=["server", "tool"],
+        )
+        for server, tool, calls in self._service.gateway_figures().held:
+            held.add_metric([server, tool.partition("__")[2] or tool], calls)
+        return [held]
 
 
 async def _present(ctx: Any) -> bool:

@@ -53,11 +53,10 @@ class Metrics:
         record_decision(seen, self.decisions, self.waits, self.expiries)
 
 
-class _StoreCollector(Collector):
+class CachedCollector(Collector):
     """Read from the database, the source of truth, at most once per ``every`` seconds:
-    the figures are a few statements (runs by status from the tallies the database
-    keeps, the rest through indexes), and however often Prometheus (or
-    anyone: the endpoint is open) scrapes, the database is read no more often."""
+    however often Prometheus (or anyone: the endpoint is open) scrapes, the database is
+    read no more often. A subclass says what it reads (``_families``)."""
 
     def __init__(self, service: Service, every: float = 5.0) -> None:
         self._service = service
@@ -70,6 +69,14 @@ class _StoreCollector(Collector):
             if self._read is None or time.monotonic() - self._read[0] >= self._every:
                 self._read = (time.monotonic(), self._families())
             return list(self._read[1])
+
+    def _families(self) -> list[Any]:
+        raise NotImplementedError
+
+
+class _StoreCollector(CachedCollector):
+    """The store's figures: a few statements (runs by status from the tallies the
+    database keeps, the rest through indexes)."""
 
     def _families(self) -> list[Any]:
         figures = self._service.stats(finished_within=())

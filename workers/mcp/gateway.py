@@ -12,6 +12,7 @@ the same principal attaches to the run while its result was not returned
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,11 +39,12 @@ from airlock.loop import (
 from airlock.loop.canonical import sha256_hex
 from airlock.loop.gate import classify
 from airlock.persistence.domain import Run, RunStatus
-from airlock.persistence.store import HeldCall
+from airlock.persistence.store import HeldCall, UnknownRunError
 from airlock.workers.mcp import runtime
 from airlock.workers.mcp.guard import drifted
 from airlock.workers.mcp.tools import McpTool, mcp_tools
-from airlock.workers.service import Service
+from airlock.workers.service import ConflictError, Service
+from airlock.workers.service.decisions import refuse_unstorable
 from airlock.workers.service.principals import Principal
 
 AGENT = "mcp"
@@ -62,6 +64,10 @@ Present = Callable[[], Awaitable[bool]]
 
 class UnknownToolError(AirlockError, LookupError):
     """No declared server offers a tool of this name (an MCP error, not a tool result)."""
+
+
+class TaskNotFoundError(AirlockError, LookupError):
+    """No held call of this id is the caller's (another principal's is not found either)."""
 
 
 class GatewayModel:
@@ -198,6 +204,33 @@ class Gateway:
         self.service.store.gateway.close(held.id)
         return result_of(run)
 
+    def owned(self, principal: Principal, task_id: str) -> HeldCall:
+        """The held call ``task_id`` (a task of the Tasks extension) of ``principal``.
+        Raises ``TaskNotFoundError``, also for another principal's call."""
+        held = self.service.store.gateway.find(task_id)
+        if held is None or held.principal != principal.key or held.run_id is None:
+            raise TaskNotFoundError(f'task "{task_id}" not found')
+        return held
+
+    def task(self, principal: Principal, task_id: str) -> tuple[HeldCall, Run, Answer | None]:
+        """The held call ``task_id`` of ``principal``, its run and, once the run is over,
+        its answer (the result then marked returned, as ``settled``). Raises
+        ``TaskNotFoundError``."""
+        held = self.owned(principal, task_id)
+        try:
+            done = self.settled(held)
+            run = self.service.get_run(str(held.run_id))
+        except UnknownRunError as exc:  # its run was purged (RETENTION_DAYS) meanwhile
+            raise TaskNotFoundError(f'task "{task_id}" not found') from exc
+        return held, run, done
+
+    def withdraw(self, principal: Principal, task_id: str) -> None:
+        """The caller no longer wants its held call: its run is cancelled (as its
+        requester) unless it is over. Raises ``TaskNotFoundError``."""
+        run_id = str(self.owned(principal, task_id).run_id)
+        with contextlib.suppress(ConflictError, UnknownRunError):  # it ended: its answer stands
+            self.service.cancel(run_id, by=principal)
+
     def pending(self, run_id: str) -> Answer:
         where = f"in the inbox ({self.inbox}) or " if self.inbox else ""
         text = (
@@ -233,14 +266,18 @@ async def answer(
     in_thread: InThread,
     wait_run: Waiter,
     present: Present | None = None,
-) -> Answer:
+    task: bool = False,
+) -> Answer | HeldCall:
     """A client's ``tools/call``, answered. Raises ``UnknownToolError``. A held call's
     result is marked returned only while its client is ``present`` (one that hung up
-    while it waited gets it on its next identical call)."""
+    while it waited gets it on its next identical call). With ``task`` (the client
+    negotiated the Tasks extension) a held call not over yet is returned at once: the
+    client follows it as a task (``Gateway.task``)."""
     tool: McpTool = await in_thread(lambda: gateway.tool(name))
     try:
+        refuse_unstorable(dict(arguments), "arguments")
         tool.validate(arguments)
-    except ToolArgumentsError as exc:
+    except (ToolArgumentsError, ValueError) as exc:
         return Answer(f"Error: {exc}; not executed, no approval asked", True, outcome="invalid")
     judged: Judged = await in_thread(lambda: gateway.judge(principal, tool, arguments))
     if judged.verdict == "deny":
@@ -250,6 +287,8 @@ async def answer(
     held: HeldCall = await in_thread(lambda: gateway.hold(principal, tool, arguments))
     assert held.run_id is not None
     done: Answer | None = await in_thread(lambda: gateway.settled(held))
+    if done is None and task:
+        return held
     if done is None:
         await wait_run(held.run_id, gateway.wait)
         if present is not None and not await present():

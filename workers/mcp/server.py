@@ -17,15 +17,18 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
+from airlock.persistence.store import HeldCall
 from airlock.workers.mcp.gateway import Answer, Gateway, InThread, UnknownToolError, Waiter, answer
+from airlock.workers.mcp.tasks import created, serve_tasks, wants_task
 from airlock.workers.service.principals import Principal
 
 Caller = Callable[[Any], Principal]
 """The principal of a request (its context)."""
 Attending = Callable[[Any], Awaitable[bool]]
 """Whether the client of a request (its context) still waits for the answer."""
-Observe = Callable[[str, Answer, float], None]
-"""Told of each answered call: the tool's full name, the answer, the seconds it took."""
+Observe = Callable[[str, str, float], None]
+"""Told of each answered call: the tool's full name, the outcome (``Answer.outcome``,
+or ``task``: a held call answered as a task), the seconds it took."""
 POLL = 0.5
 """Seconds between two reads of a held call's run, for a door without a stream hub."""
 
@@ -53,22 +56,32 @@ def build_server(
             ]
         )  # fmt: skip
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         arguments: Mapping[str, JsonValue] = params.arguments or {}
         present = (lambda: attending(ctx)) if attending is not None else None
         started = time.monotonic()
         try:
             found = await answer(
                 gateway, caller(ctx), params.name, arguments,
-                in_thread=in_thread, wait_run=wait_run, present=present,
+                in_thread=in_thread, wait_run=wait_run, present=present, task=wants_task(ctx),
             )  # fmt: skip
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        if isinstance(found, HeldCall):
+            held = found
+            run = await in_thread(lambda: gateway.service.get_run(str(held.run_id)))
+            if observe is not None:
+                observe(params.name, "task", time.monotonic() - started)
+            return created(held, run, gateway)
         if observe is not None:
-            observe(params.name, found, time.monotonic() - started)
+            observe(params.name, found.outcome, time.monotonic() - started)
         return result(found)
 
-    return Server("airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    server: Server[Any] = Server(
+        "airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool
+    )
+    serve_tasks(server, gateway, caller=caller, in_thread=in_thread)
+    return server
 
 
 def result(found: Answer) -> types.CallToolResult:
