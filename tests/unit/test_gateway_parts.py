@@ -105,3 +105,57 @@ def test_a_caller_cannot_start_a_run_of_the_gateways_own_agent() -> None:
     with pytest.raises(UnknownAgentError, match="Airlock's own"):
         registry.startable("mcp")
     assert registry.get("mcp").name == "mcp"  # the gateway (and a resume) still find it
+
+
+def test_a_task_shows_its_held_call_as_working_then_completed_or_cancelled() -> None:
+    from typing import Any, cast
+
+    from airlock.persistence.store import HeldCall
+    from airlock.workers.mcp.tasks import created, shape
+
+    gateway = Gateway(cast(Any, None), [], wait=1, inbox="/inbox")
+    opened = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+    held = HeldCall("t1", "r1", "bank", "bank__transfer", "api:ann", True, opened)
+    waiting = replace(RUN, status=RunStatus.WAITING_FOR_APPROVAL, output=None)
+    task = created(held, waiting, gateway)
+    assert (task["resultType"], task["taskId"], task["status"]) == ("task", "t1", "working")
+    assert task["createdAt"] == "2026-12-07T10:00:00Z" and task["ttlMs"] is None
+    assert task["statusMessage"].startswith("approval pending: run r1; decide it in the inbox")
+    assert task["_meta"] == {"io.airlock/run": "r1", "io.airlock/status": "waiting_for_approval"}
+    running = shape(held, replace(waiting, status=RunStatus.RUNNING), None, gateway)
+    assert running["status"] == "working" and "result" not in running
+
+    done = shape(held, RUN, result_of(RUN), gateway)
+    assert done["status"] == "completed"
+    assert done["result"]["content"] == [{"type": "text", "text": "sent 5 EUR to bob"}]
+    assert done["result"]["isError"] is False
+    failed = replace(RUN, status=RunStatus.FAILED, output=None, error="boom")
+    assert shape(held, failed, result_of(failed), gateway)["result"]["isError"] is True
+    cancelled = replace(RUN, status=RunStatus.CANCELLED, output=None)
+    gone = shape(held, cancelled, result_of(cancelled), gateway)
+    assert gone["status"] == "cancelled" and "result" not in gone
+
+
+@pytest.mark.parametrize(
+    ("version", "extensions", "wanted"),
+    [
+        ("2026-07-28", {"io.modelcontextprotocol/tasks": {}}, True),
+        ("2026-07-28", {}, False),
+        ("2026-07-28", None, False),
+        ("2025-11-25", {"io.modelcontextprotocol/tasks": {}}, False),  # no task on that wire
+    ],
+)
+def test_only_a_modern_request_that_declares_the_extension_gets_a_task(
+    version: str, extensions: dict[str, dict[str, str]] | None, wanted: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from mcp_types import ClientCapabilities
+
+    from airlock.workers.mcp.tasks import wants_task
+
+    capabilities = ClientCapabilities(extensions=extensions)
+    ctx = SimpleNamespace(
+        protocol_version=version, session=SimpleNamespace(client_capabilities=capabilities)
+    )
+    assert wants_task(ctx) is wanted

@@ -77,7 +77,11 @@ def shape(held: HeldCall, run: Run, done: Answer | None, gateway: Gateway) -> di
     }
     if done is None:
         waiting = run.status is RunStatus.WAITING_FOR_APPROVAL
-        message = gateway.pending(run.id).text if waiting else f"run {run.id} is {run.status}"
+        message = (
+            gateway.pending(run.id).text
+            if waiting
+            else f"run {run.id} is {run.status} (asking for approval, or making the approved call)"
+        )
         return found | {"status": "working", "statusMessage": message}
     if run.status is RunStatus.CANCELLED:
         return found | {"status": "cancelled", "statusMessage": done.text}
