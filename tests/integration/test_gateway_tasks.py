@@ -6,6 +6,7 @@ instance answers ``tasks/get`` from the database; a task is its principal's alon
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -16,13 +17,13 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client, MCPError
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult
 
 from airlock.persistence.domain import RunStatus
-from airlock.workers.testing import SECRET, TOKEN, Stack, wait_for
+from airlock.workers.testing import SECRET, TOKEN, Stack, airlock_env, wait_for
 from tests.integration.tasks_client import (
     EXTENSION,
     CreatedTask,
@@ -283,3 +284,43 @@ def test_task_requests_out_of_turn_are_refused(
     assert stack.service.get_run(gateway_runs(stack)[0].id).status is (
         RunStatus.WAITING_FOR_APPROVAL
     )
+
+
+def test_the_stdio_gateway_serves_tasks_to_a_local_client(
+    two: tuple[Stack, str, str],
+    bank: Bank,  # noqa: F811
+) -> None:
+    """``airlock gateway --stdio``: a task-aware local client gets its task at once and
+    its result through ``tasks/get``, as the local operator."""
+    stack, base, _ = two
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "airlock.workers", "gateway", "--stdio", "--as", "ann"],
+        env=airlock_env(stack.config, stack.outbox),
+    )
+    arguments = {"to": "rex", "amount": 18}
+
+    async def call() -> CreatedTask:
+        async with Client(params, extensions=[Tasks()]) as client:
+            found = await client.session.call_tool("bank__transfer", arguments, allow_claimed=True)
+            assert isinstance(found, CreatedTask), found
+            return found
+
+    async def get(task_id: str) -> DetailedTask:
+        async with Client(params, extensions=[Tasks()]) as client:
+            return await get_task(client.session, task_id)
+
+    created = anyio.run(call)
+    assert created.meta is not None
+    run_id = str(created.meta["io.airlock/run"])
+    run = stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60)
+    assert run.metadata["mcp"] == {
+        "server": "bank", "tool": "bank__transfer", "principal": "cli:ann"
+    }  # fmt: skip
+    assert anyio.run(get, created.task_id).status == "working"
+    webhook_decide(base, run)
+    stack.wait_status(run_id, RunStatus.COMPLETED, timeout=60)
+    done = anyio.run(get, created.task_id)
+    assert done.status == "completed" and done.result is not None
+    assert done.result["content"] == [{"type": "text", "text": "sent 18 EUR to rex"}]
+    assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
