@@ -218,11 +218,13 @@ class Gateway:
         ``TaskNotFoundError``."""
         held = self.owned(principal, task_id)
         try:
-            done = self.settled(held)
             run = self.service.get_run(str(held.run_id))
         except UnknownRunError as exc:  # its run was purged (RETENTION_DAYS) meanwhile
             raise TaskNotFoundError(f'task "{task_id}" not found') from exc
-        return held, run, done
+        if not run.status.terminal:
+            return held, run, None
+        self.service.store.gateway.close(held.id)
+        return held, run, result_of(run)
 
     def withdraw(self, principal: Principal, task_id: str) -> None:
         """The caller no longer wants its held call: its run is cancelled (as its
