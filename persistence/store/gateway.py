@@ -16,6 +16,7 @@ from sqlalchemy import func, select, update
 
 from airlock.persistence.store.common import parse_run_id
 from airlock.persistence.store.context import Context
+from airlock.persistence.store.retry import retried
 from airlock.persistence.store.sql import MCP_GATEWAY_CALLS
 
 ATTEMPTS = 5
@@ -49,6 +50,7 @@ class GatewayCalls:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
+    @retried  # a repeat finds the row its first attempt inserted
     def open(self, digest: str, principal: str, server: str, tool: str) -> HeldCall:
         """The open call of ``digest``: a new one, or the one open already."""
         for _ in range(ATTEMPTS):
@@ -75,12 +77,15 @@ class GatewayCalls:
                 )
         raise RuntimeError(f"the held call {digest} kept closing while it was opened")
 
+    @retried  # a read
     def find(self, call_id: str) -> HeldCall | None:
         """The held call of this id (open or returned); None when there is none (an id
-        that is no UUID included)."""
+        that is no UUID in its canonical spelling included)."""
         try:
             key = uuid.UUID(call_id)
         except ValueError:
+            return None
+        if str(key) != call_id:  # only the id as it was given (no other spelling of it)
             return None
         with self._ctx.conns.one() as s:
             query = select(MCP_GATEWAY_CALLS).where(MCP_GATEWAY_CALLS.c.id == key)
@@ -93,6 +98,7 @@ class GatewayCalls:
             created=False, opened_at=found.created_at,
         )  # fmt: skip
 
+    @retried  # guarded on no run noted yet: a repeat changes nothing
     def bind(self, call_id: str, run_id: str) -> None:
         """Note the run that holds the call (the first run noted stays)."""
         statement = (
@@ -104,6 +110,7 @@ class GatewayCalls:
         with self._ctx.conns.one() as s:
             s.execute(statement)
 
+    @retried  # guarded on the key still set: a repeat changes nothing
     def close(self, call_id: str) -> bool:
         """Mark the call's result returned (an identical call is a new call from now
         on); False when it was marked already."""
@@ -117,6 +124,7 @@ class GatewayCalls:
             closed = s.execute(statement).rowcount
         return bool(closed)
 
+    @retried  # reads
     def figures(self, recent: int = 1000) -> GatewayFigures:
         """What ``airlock stats`` shows: the calls held now and those whose result was
         returned, by server and tool; how long the recent returned ones took."""

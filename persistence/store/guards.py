@@ -30,11 +30,16 @@ class Guard:
     """Its approval expired."""
     lease_expired: bool = False
     """Its lease expired: a renewal that came first keeps the run."""
+    unsuspended: bool = False
+    """It never suspended (no turn of it waits or waited for a decision)."""
 
     def shape(self, columns: tuple[str, ...]) -> tuple[Any, ...]:
         statuses = tuple(s.value for s in self.expected)
         flags = (self.owner is not None, self.turn_digest is not None)
-        return ("transition", statuses, columns, *flags, self.expired, self.lease_expired)
+        return (
+            "transition", statuses, columns, *flags, self.expired, self.lease_expired,
+            self.unsuspended,
+        )  # fmt: skip
 
     def conditions(self) -> list[ColumnElement[bool]]:
         conditions = [
@@ -47,6 +52,8 @@ class Guard:
             conditions.append(RUNS.c.expires_at <= bindparam("now"))
         if self.lease_expired:
             conditions.append(RUNS.c.lease_expires_at < bindparam("now"))
+        if self.unsuspended:
+            conditions.append(RUNS.c.turn_digest.is_(None))
         if self.owner is not None:
             conditions.append(RUNS.c.lease_owner == bindparam("owner"))
         return conditions

@@ -235,10 +235,11 @@ class Transitions:
         events: Sequence[Event] = (),
         calls: Sequence[CallRecord] = (),
         notify: str | None = None,
+        unsuspended: bool = False,
     ) -> bool:
         """→ a terminal status; clears the lease, and the checkpoint unless the run failed.
         ``events`` (and ``calls``) are written in the same statement, only if the
-        transition happened."""
+        transition happened; with ``unsuspended``, only if the run never suspended."""
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
         seal = self._ctx.cipher.seal_text
@@ -260,7 +261,7 @@ class Transitions:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-        guard = Guard(tuple(expected), owner=owner)
+        guard = Guard(tuple(expected), owner=owner, unsuspended=unsuspended)
         return self._move_one(run_id, guard, values, events=events, calls=calls, notify=notify)
 
     def cancel(
@@ -270,8 +271,10 @@ class Transitions:
         expected: Sequence[RunStatus] = tuple(ACTIVE),
         events: Sequence[Event] = (),
         notify: str | None = None,
+        unsuspended: bool = False,
     ) -> bool:
-        """A non-terminal status (one of ``expected``) → cancelled."""
+        """A non-terminal status (one of ``expected``) → cancelled; with ``unsuspended``,
+        only while the run never suspended (none of its calls was decided)."""
         return self.finish(
             run_id,
             RunStatus.CANCELLED,
@@ -279,6 +282,7 @@ class Transitions:
             termination="cancelled",
             events=events,
             notify=notify,
+            unsuspended=unsuspended,
         )
 
     def expire(

@@ -12,8 +12,8 @@ the same principal attaches to the run while its result was not returned
 
 from __future__ import annotations
 
-import contextlib
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +38,7 @@ from airlock.loop import (
 )
 from airlock.loop.canonical import sha256_hex
 from airlock.loop.gate import classify
-from airlock.persistence.domain import Run, RunStatus
+from airlock.persistence.domain import CallStatus, LedgerEntry, Run, RunStatus
 from airlock.persistence.store import HeldCall, UnknownRunError
 from airlock.workers.mcp import runtime
 from airlock.workers.mcp.guard import drifted
@@ -51,6 +51,8 @@ AGENT = "mcp"
 """The built-in agent whose runs hold the gateway's calls."""
 CALL_ID = "mcp_call"
 """The id of the one call of a gateway run (its idempotency key: ``{run_id}:mcp_call``)."""
+WITHDRAW_WAIT = 5.0
+"""Seconds a withdrawn call waits for its run's first segment to ask for approval."""
 RUN_META = "io.airlock/run"
 STATUS_META = "io.airlock/status"
 T = TypeVar("T")
@@ -102,6 +104,8 @@ class Answer:
     """For the metrics: ``forwarded`` (allowed), ``denied`` (by the policy), ``invalid``,
     ``decided`` (a held call's result: approved, denied or expired), ``pending``,
     ``drifted`` (an allowed call of a tool that changed upstream: not sent)."""
+    sent: bool = True
+    """False when a held call's run ended before its call was sent upstream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +196,9 @@ class Gateway:
             built_in=True,
         )
         store.gateway.bind(held.id, run.id)
-        return HeldCall(held.id, run.id, held.server, held.tool, held.principal, held.created)
+        return HeldCall(
+            held.id, run.id, held.server, held.tool, held.principal, held.created, held.opened_at
+        )
 
     def settled(self, held: HeldCall) -> Answer | None:
         """The held call's answer once its run is over (its result then marked returned:
@@ -202,7 +208,16 @@ class Gateway:
         if not run.status.terminal:
             return None
         self.service.store.gateway.close(held.id)
-        return result_of(run)
+        return self.answer_of(run)
+
+    def answer_of(self, run: Run) -> Answer:
+        """What a held call's run that is over answers: its output; or, when it was
+        cancelled or failed, what the ledger says of its call (the upstream's result
+        when the call was made before the run ended; that it may have been made when
+        its outcome was never recorded; else that it was not)."""
+        if run.status is RunStatus.COMPLETED:
+            return result_of(run)
+        return result_of(run, self.service.store.ledger.recorded_call(run.id, CALL_ID))
 
     def owned(self, principal: Principal, task_id: str) -> HeldCall:
         """The held call ``task_id`` (a task of the Tasks extension) of ``principal``.
@@ -224,14 +239,31 @@ class Gateway:
         if not run.status.terminal:
             return held, run, None
         self.service.store.gateway.close(held.id)
-        return held, run, result_of(run)
+        return held, run, self.answer_of(run)
 
-    def withdraw(self, principal: Principal, task_id: str) -> None:
-        """The caller no longer wants its held call: its run is cancelled (as its
-        requester) unless it is over. Raises ``TaskNotFoundError``."""
-        run_id = str(self.owned(principal, task_id).run_id)
-        with contextlib.suppress(ConflictError, UnknownRunError):  # it ended: its answer stands
-            self.service.cancel(run_id, by=principal)
+    def withdraw(self, principal: Principal, task_id: str) -> bool:
+        """The caller no longer wants its held call: its run is cancelled, as its
+        requester, while no call of it was decided or began (checked by the cancelling
+        statement), and an identical call is a new call from then on; True when it was.
+        A run asking for approval right now is waited for, ``WITHDRAW_WAIT`` seconds at
+        most. Raises ``TaskNotFoundError``."""
+        held = self.owned(principal, task_id)
+        run_id = str(held.run_id)
+        deadline = time.monotonic() + WITHDRAW_WAIT
+        while True:
+            try:
+                self.service.cancel(run_id, by=principal, undecided=True)
+            except UnknownRunError:
+                return False
+            except ConflictError:  # decided, being made or over: its answer stands
+                run = self.service.get_run(run_id)
+                asking = run.status is RunStatus.RUNNING and run.turn_digest is None
+                if asking and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                return False
+            self.service.store.gateway.close(held.id)
+            return True
 
     def pending(self, run_id: str) -> Answer:
         where = f"in the inbox ({self.inbox}) or " if self.inbox else ""
@@ -243,7 +275,9 @@ class Gateway:
         return Answer(text, True, meta, "pending")
 
 
-def result_of(run: Run) -> Answer:
+def result_of(run: Run, entry: LedgerEntry | None = None) -> Answer:
+    """A held call's answer from its run that is over (``entry``: the ledger's record
+    of its call, for a run that did not complete)."""
     meta: dict[str, JsonValue] = {RUN_META: run.id, STATUS_META: run.status.value}
     if run.status is RunStatus.COMPLETED and run.output:
         try:
@@ -252,7 +286,12 @@ def result_of(run: Run) -> Answer:
         except (ValueError, KeyError, TypeError):
             return Answer(run.output, False, meta, "decided")
     why = run.error or f"the run was {run.status.value}"
-    return Answer(f"not executed: {why}", True, meta, "decided")
+    if entry is not None and entry.status is not CallStatus.STARTED:
+        return Answer(entry.result or "", entry.is_error, meta, "decided")
+    if entry is not None:
+        said = f"the call was sent upstream but its outcome was never recorded: {why}"
+        return Answer(said, True, meta, "decided")
+    return Answer(f"not executed: {why}", True, meta, "decided", sent=False)
 
 
 def _metadata(principal: Principal, tool: McpTool) -> dict[str, JsonValue]:

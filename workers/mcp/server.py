@@ -18,6 +18,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
 from airlock.persistence.store import HeldCall
+from airlock.persistence.store.retry import is_transient
 from airlock.workers.mcp.gateway import Answer, Gateway, InThread, UnknownToolError, Waiter, answer
 from airlock.workers.mcp.tasks import created, serve_tasks, wants_task
 from airlock.workers.service.principals import Principal
@@ -42,6 +43,8 @@ def build_server(
     attending: Attending | None = None,
     observe: Observe | None = None,
 ) -> Server[Any]:
+    in_thread = _saying_the_database_is_away(in_thread)
+
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -82,6 +85,24 @@ def build_server(
     )
     serve_tasks(server, gateway, caller=caller, in_thread=in_thread)
     return server
+
+
+def _saying_the_database_is_away(in_thread: InThread) -> InThread:
+    """A request whose database connection stayed away past the store's retries is
+    answered an MCP error that says so (and that a retry may succeed), not an internal
+    error."""
+
+    async def run(work: Callable[[], Any]) -> Any:
+        try:
+            return await in_thread(work)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            raise MCPError(
+                types.INTERNAL_ERROR, "the database is unavailable; retry the request"
+            ) from exc
+
+    return run
 
 
 def result(found: Answer) -> types.CallToolResult:

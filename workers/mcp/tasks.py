@@ -41,11 +41,17 @@ POLL_MS = 2000
 
 
 class TaskParams(RequestParams):
-    """``tasks/get``, ``tasks/cancel`` and ``tasks/update``'s params: the task's id
-    (``tasks/update``'s ``inputResponses`` are taken and ignored: nothing is asked)."""
+    """``tasks/get`` and ``tasks/cancel``'s params: the task's id."""
 
     model_config = ConfigDict(extra="allow")
     task_id: str = Field(alias="taskId", min_length=1, max_length=100)
+
+
+class UpdateParams(TaskParams):
+    """``tasks/update``'s: its ``inputResponses`` are taken and ignored (a held call asks
+    its client nothing, so none is outstanding)."""
+
+    input_responses: dict[str, Any] = Field(alias="inputResponses")
 
 
 def wants_task(ctx: Any) -> bool:
@@ -66,7 +72,7 @@ def shape(held: HeldCall, run: Run, done: Answer | None, gateway: Gateway) -> di
     """The task as ``tasks/get`` answers it: ``working`` while its run is not over
     (``statusMessage`` says where to decide it); then ``completed`` with the tool result
     (the upstream's, or ``isError`` with the reason of a deny, an expiry or a failure);
-    ``cancelled`` when its run was cancelled."""
+    ``cancelled`` when its run was cancelled before its call was sent."""
     found: dict[str, Any] = {
         "taskId": held.id,
         "createdAt": _iso(held.opened_at or run.created_at),
@@ -83,7 +89,7 @@ def shape(held: HeldCall, run: Run, done: Answer | None, gateway: Gateway) -> di
             else f"run {run.id} is {run.status} (asking for approval, or making the approved call)"
         )
         return found | {"status": "working", "statusMessage": message}
-    if run.status is RunStatus.CANCELLED:
+    if run.status is RunStatus.CANCELLED and not done.sent:
         return found | {"status": "cancelled", "statusMessage": done.text}
     result = {"content": [{"type": "text", "text": done.text}], "isError": done.is_error}
     return found | {"status": "completed", "result": result | {"_meta": done.meta}}
@@ -110,7 +116,7 @@ def serve_tasks(
         await _found(in_thread, lambda: gateway.withdraw(principal, params.task_id))
         return {"resultType": "complete"}
 
-    async def update(ctx: Any, params: TaskParams) -> dict[str, Any]:
+    async def update(ctx: Any, params: UpdateParams) -> dict[str, Any]:
         require_client_extension(ctx, EXTENSION)
         principal = caller(ctx)
         await _found(in_thread, lambda: gateway.owned(principal, params.task_id))
@@ -118,7 +124,7 @@ def serve_tasks(
 
     server.add_request_handler("tasks/get", TaskParams, get)
     server.add_request_handler("tasks/cancel", TaskParams, cancel)
-    server.add_request_handler("tasks/update", TaskParams, update)
+    server.add_request_handler("tasks/update", UpdateParams, update)
     server.extensions[EXTENSION] = {}
 
 

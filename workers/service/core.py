@@ -251,11 +251,20 @@ class Service(Notifying):
 
     # -- operator actions ----------------------------------------------------------
 
-    def cancel(self, run_id: str, *, by: Principal, also: Sequence[Event] = ()) -> Run:
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        by: Principal,
+        also: Sequence[Event] = (),
+        undecided: bool = False,
+    ) -> Run:
         """Cancel an unfinished run on ``by``'s authority (``may_operate``: the operator,
         the requester, or a holder of an operator role). Its ``cancelled`` event names
         the principal and the status it ended, and is written (``also`` before it) with
-        the transition. Raises ``UnknownRunError``, ``ForbiddenError``,
+        the transition. With ``undecided``, only while no call of the run was decided or
+        began: it waits for approval, or is queued and never suspended (each checked by
+        the cancelling statement). Raises ``UnknownRunError``, ``ForbiddenError``,
         ``ConflictError``."""
         run = self.store.runs.require(run_id)
         # who requested a run never changes: what the read authorises is what the
@@ -263,12 +272,16 @@ class Service(Notifying):
         requester = Requester.of(run.requested_by, run.caller)
         standing = may_operate(by, "cancel", requester=requester, roles=self.operator_roles)
         while run.status in ACTIVE:
+            fresh = run.status is RunStatus.QUEUED and run.turn_digest is None
+            if undecided and run.status is not RunStatus.WAITING_FOR_APPROVAL and not fresh:
+                raise ConflictError(f"run is {run.status}; its call can no longer be withdrawn")
             cancelled: Event = ("cancelled", _acting(by, standing) | {"was": run.status.value})
             if self.store.transitions.cancel(
                 run_id,
                 expected=(run.status,),  # so that 'was' is the status it ended
                 events=[*also, cancelled],
                 notify=self._notifies("run.cancelled"),
+                unsuspended=undecided and fresh,
             ):
                 self._announce("run.cancelled", run_id)
                 return self.store.runs.require(run_id)

@@ -16,11 +16,17 @@ from airlock.workers.service.principals import check_name
 CallDecisionKind = Literal["approve", "deny", "edit"]
 
 
-def refuse_unstorable(value: object, where: str = "body") -> None:
+MAX_DEPTH = 100
+"""How deep a value nests at most (arrays and objects): deeper, no reader (the
+serializer of a run's state stops at 255) could take it back."""
+
+
+def refuse_unstorable(value: object, where: str = "body", depth: int = 0) -> None:
     """Refuse what no reader of the run could take back: text UTF-8 cannot hold (a lone
-    surrogate, from a ``\\ud800`` escape) and numbers JSON cannot (NaN, Infinity, or a
-    literal too large for a float, as 1e999, which the parsers read as Infinity).
-    Stored, either would break every reader of the run. Raises ``ValueError`` (422)."""
+    surrogate, from a ``\\ud800`` escape), numbers JSON cannot (NaN, Infinity, or a
+    literal too large for a float, as 1e999, which the parsers read as Infinity) and
+    nesting deeper than ``MAX_DEPTH``. Stored, any would break every reader of the run.
+    Raises ``ValueError`` (422)."""
     if isinstance(value, str):
         try:
             value.encode()
@@ -29,13 +35,15 @@ def refuse_unstorable(value: object, where: str = "body") -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where} is not a finite number (JSON holds no NaN or Infinity)")
+    elif isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+        raise ValueError(f"{where} nests deeper than {MAX_DEPTH} levels")
     elif isinstance(value, dict):
         for key, item in value.items():
-            refuse_unstorable(key, where)
-            refuse_unstorable(item, f"{where}.{key}")
+            refuse_unstorable(key, where, depth + 1)
+            refuse_unstorable(item, f"{where}.{key}", depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
-            refuse_unstorable(item, where)
+            refuse_unstorable(item, where, depth + 1)
 
 
 class TextBody(BaseModel):
