@@ -590,3 +590,57 @@ def test_the_sweeper_records_its_runs_and_goes_stale(engine: Engine, clock: Fake
     assert service.stats().sweeper.state == "stale"
     service.sweep()
     assert service.sweeper().state == "ok" and service.sweeper().age_seconds == 0
+
+
+def test_an_undecided_cancel_withdraws_a_run_only_while_none_of_its_calls_was_decided(
+    engine: Engine,
+) -> None:
+    """The MCP gateway's ``tasks/cancel``: a run waiting for approval, or queued and never
+    suspended, is cancelled; once a call of it was approved (queued again, running) the
+    withdrawal is refused and the run goes on."""
+    service, _ = make_service(engine)
+    fresh, _ = service.start_run("w1", "x")
+    assert service.cancel(fresh.id, by=OPERATOR, undecided=True).status is RunStatus.CANCELLED
+    waiting, _ = service.start_run("w1", "x")
+    service.run_segment(waiting.id, "w")
+    assert service.cancel(waiting.id, by=OPERATOR, undecided=True).status is RunStatus.CANCELLED
+
+    approved, _ = service.start_run("w1", "x")
+    service.run_segment(approved.id, "w")
+    digest = service.store.runs.require(approved.id).turn_digest or ""
+    service.record_decision(
+        approved.id, DecisionBody(turn_digest=digest, decision="approve"), OPERATOR
+    )
+    assert service.store.runs.require(approved.id).status is RunStatus.QUEUED
+    with pytest.raises(ConflictError, match="can no longer be withdrawn"):
+        service.cancel(approved.id, by=OPERATOR, undecided=True)
+    assert service.store.transitions.claim(approved.id, "w", timedelta(seconds=30)) is not None
+    with pytest.raises(ConflictError, match="can no longer be withdrawn"):
+        service.cancel(approved.id, by=OPERATOR, undecided=True)
+    assert service.store.runs.require(approved.id).status is RunStatus.RUNNING
+
+
+def test_an_undecided_cancel_decides_on_the_run_its_statement_finds(engine: Engine) -> None:
+    """Forced interleaving: the withdrawal reads a fresh queued run, then, before its
+    cancelling statement, the run asks and is approved (queued again). The statement
+    finds it suspended once and cancels nothing; the approved call goes on."""
+    service, _ = make_service(engine)
+    run, _ = service.start_run("w1", "x")
+    cancel = service.store.transitions.cancel
+    raced: list[str] = []
+
+    def approved_first(run_id: str, **kw: Any) -> bool:
+        if not raced:
+            raced.append(run_id)
+            service.run_segment(run_id, "w")
+            digest = service.store.runs.require(run_id).turn_digest or ""
+            body = DecisionBody(turn_digest=digest, decision="approve")
+            service.record_decision(run_id, body, OPERATOR)
+        return cancel(run_id, **kw)
+
+    service.store.transitions.cancel = approved_first  # type: ignore[method-assign]
+    with pytest.raises(ConflictError, match="can no longer be withdrawn"):
+        service.cancel(run.id, by=OPERATOR, undecided=True)
+    assert raced == [run.id]
+    assert service.store.runs.require(run.id).status is RunStatus.QUEUED
+    assert service.run_segment(run.id, "w").outcome is not Outcome.FAILED

@@ -4,7 +4,9 @@
 Every call of a tool appends ``<tool> <idempotency key>`` to ``$BANK_LOG``, so a test
 counts, across processes, how often the server really ran each call. ``$BANK_VARIANT``
 changes ``transfer``'s schema (drift). ``$BANK_HANG_ONCE``: the first call of each key to
-``transfer`` or ``deposit`` is counted, then hangs (its caller is killed meanwhile)."""
+``transfer`` or ``deposit`` is counted, then hangs (its caller is killed meanwhile).
+``$BANK_SLOW``: each such call is counted (its effect happened), then answers that many
+seconds later."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ def _count(tool: str, ctx: Context[Any, Any]) -> int:
 async def _hang_first(count: int) -> None:
     if os.environ.get("BANK_HANG_ONCE") and count == 1:
         await anyio.sleep(120)
+    await anyio.sleep(float(os.environ.get("BANK_SLOW") or 0))
 
 
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True))

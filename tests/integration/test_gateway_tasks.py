@@ -21,6 +21,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult
+from sqlalchemy import text as sql_text
 
 from airlock.persistence.domain import RunStatus
 from airlock.workers.testing import SECRET, TOKEN, Stack, airlock_env, wait_for
@@ -324,3 +325,69 @@ def test_the_stdio_gateway_serves_tasks_to_a_local_client(
     assert done.status == "completed" and done.result is not None
     assert done.result["content"] == [{"type": "text", "text": "sent 18 EUR to rex"}]
     assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
+
+
+def test_a_cancel_after_approval_withdraws_nothing_and_the_task_says_what_ran(
+    two: tuple[Stack, str, str],
+    bank: Bank,  # noqa: F811
+    issuer: Issuer,
+) -> None:
+    """``tasks/cancel`` while the approved call is being made upstream (counted there,
+    its answer slow): the call is no longer withdrawn, and the task completes with the
+    upstream's result; a cancel while it waits withdraws it, and the identical call
+    after it is a new call."""
+    stack, first, second = two
+    bank.stop()
+    bank.start(slow=4)
+    ann = issuer.token("ann")
+    created = held_task(first, ann, {"to": "sam", "amount": 19})
+    assert created.meta is not None
+    run_id = str(created.meta["io.airlock/run"])
+    webhook_decide(first, stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60))
+    wait_for("the upstream transfer", lambda: transfers(bank), 60)
+
+    async def cancel(client: Client) -> None:
+        await cancel_task(client.session, created.task_id)
+
+    anyio.run(with_session, second, ann, cancel)
+    stack.wait_status(run_id, RunStatus.COMPLETED, timeout=60)
+    done = poll(first, ann, created.task_id)
+    assert done.status == "completed" and done.result is not None
+    assert done.result["content"] == [{"type": "text", "text": "sent 19 EUR to sam"}]
+    assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
+
+    arguments = {"to": "tia", "amount": 20}
+    waiting = held_task(first, ann, arguments)
+    assert waiting.meta is not None
+    stack.wait_status(str(waiting.meta["io.airlock/run"]), RunStatus.WAITING_FOR_APPROVAL)
+
+    async def withdraw(client: Client) -> None:
+        await cancel_task(client.session, waiting.task_id)
+
+    anyio.run(with_session, second, ann, withdraw)
+    assert poll(first, ann, waiting.task_id).status == "cancelled"
+    again = held_task(first, ann, arguments)  # withdrawn: the same call is a new one
+    assert again.task_id != waiting.task_id and again.status == "working"
+    assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}
+
+
+def test_tasks_are_answered_across_dropped_database_connections(
+    two: tuple[Stack, str, str],
+    issuer: Issuer,
+) -> None:
+    """Every connection to the database is killed (a failover, a pooler) between polls:
+    each instance's next ``tasks/get`` still answers, on a fresh connection."""
+    stack, first, second = two
+    ann = issuer.token("ann")
+    created = held_task(first, ann, {"to": "uma", "amount": 21})
+    engine = stack.service.store.engine
+    for _ in range(3):
+        with engine.connect() as c:
+            c.execute(
+                sql_text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        for base in (first, second):
+            assert poll(base, ann, created.task_id).status == "working"

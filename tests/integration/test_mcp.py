@@ -36,10 +36,14 @@ class Bank:
         self.log.touch()
         self.process: Process | None = None
 
-    def start(self, variant: str = "1", *, hang: bool = False, hostile: bool = False) -> None:
+    def start(
+        self, variant: str = "1", *, hang: bool = False, hostile: bool = False, slow: float = 0
+    ) -> None:
         env = {"PATH": "/usr/bin:/bin", "BANK_LOG": str(self.log), "BANK_VARIANT": variant}
         if hang:
             env["BANK_HANG_ONCE"] = "1"
+        if slow:
+            env["BANK_SLOW"] = str(slow)
         if hostile:
             env["BANK_HOSTILE"] = "1"
         argv = [sys.executable, "-m", "tests.integration.mcp_server", "http", str(self.port)]

@@ -159,3 +159,31 @@ def test_only_a_modern_request_that_declares_the_extension_gets_a_task(
         protocol_version=version, session=SimpleNamespace(client_capabilities=capabilities)
     )
     assert wants_task(ctx) is wanted
+
+
+def test_a_held_call_whose_run_ended_after_its_call_was_sent_answers_what_the_ledger_says() -> None:
+    from airlock.persistence.domain import CallStatus, LedgerEntry
+
+    def entry(status: CallStatus, result: str | None) -> LedgerEntry:
+        return LedgerEntry("r1", CALL_ID, "bank__transfer", "write", status, result, False, 1)
+
+    cancelled = replace(RUN, status=RunStatus.CANCELLED, output=None)
+    ran = result_of(cancelled, entry(CallStatus.SUCCEEDED, "sent 5 EUR to bob"))
+    assert (ran.text, ran.is_error, ran.sent) == ("sent 5 EUR to bob", False, True)
+    failed = replace(RUN, status=RunStatus.FAILED, output=None, error="InDoubtCallError: …")
+    doubt = result_of(failed, entry(CallStatus.STARTED, None))
+    assert doubt.is_error and doubt.sent and "not executed" not in doubt.text
+    assert doubt.text.startswith("the call was sent upstream but its outcome was never recorded")
+    unsent = result_of(cancelled)
+    assert unsent.text.startswith("not executed") and not unsent.sent
+
+
+def test_arguments_nested_too_deep_are_refused_naming_the_limit() -> None:
+    from airlock.workers.service.decisions import MAX_DEPTH, refuse_unstorable
+
+    deep: object = "x"
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    refuse_unstorable({"a": deep[0]}, "arguments")  # type: ignore[index]  # at the limit
+    with pytest.raises(ValueError, match=f"nests deeper than {MAX_DEPTH} levels"):
+        refuse_unstorable({"a": deep}, "arguments")
