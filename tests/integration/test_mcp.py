@@ -371,7 +371,8 @@ def test_a_stdio_server_under_the_gevent_pool_is_refused_clearly(
     stack = mcp_stack(stdio=True)
     stack.worker(airlock=True)  # on Redis: -P gevent
     run, _ = stack.service.start_run("mcp_balance", "how much?")
-    stack.wait_status(run.id, RunStatus.COMPLETED)
+    # 60 s: on a loaded machine this worker's first task once started 30 s after it came
+    stack.wait_status(run.id, RunStatus.COMPLETED, timeout=60)
     told = tool_result(stack, run.id)
     assert "is a stdio server, which a gevent worker cannot start" in told
     assert bank.calls()[f"balance {key(run.id)}"] == 0

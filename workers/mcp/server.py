@@ -21,6 +21,7 @@ from airlock.persistence.store import HeldCall
 from airlock.persistence.store.retry import is_transient
 from airlock.workers.mcp.gateway import Answer, Gateway, InThread, UnknownToolError, Waiter, answer
 from airlock.workers.mcp.tasks import created, serve_tasks, wants_task
+from airlock.workers.mcp.tools import McpTool
 from airlock.workers.service.principals import Principal
 
 Caller = Callable[[Any], Principal]
@@ -48,16 +49,7 @@ def build_server(
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = await in_thread(gateway.tools)
-        return types.ListToolsResult(
-            tools=[
-                types.Tool(
-                    name=t.name, description=t.description,
-                    input_schema=dict(t.definition.input_schema),
-                )
-                for t in tools
-            ]
-        )  # fmt: skip
+        return listing(await in_thread(gateway.tools))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         arguments: Mapping[str, JsonValue] = params.arguments or {}
@@ -70,15 +62,15 @@ def build_server(
             )  # fmt: skip
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        answered: Any = result(found) if isinstance(found, Answer) else None
         if isinstance(found, HeldCall):
             held = found
             run = await in_thread(lambda: gateway.service.get_run(str(held.run_id)))
-            if observe is not None:
-                observe(params.name, "task", time.monotonic() - started)
-            return created(held, run, gateway)
+            answered = created(held, run, gateway)
         if observe is not None:
-            observe(params.name, found.outcome, time.monotonic() - started)
-        return result(found)
+            outcome = found.outcome if isinstance(found, Answer) else "task"
+            observe(params.name, outcome, time.monotonic() - started)
+        return answered
 
     server: Server[Any] = Server(
         "airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool
@@ -103,6 +95,18 @@ def _saying_the_database_is_away(in_thread: InThread) -> InThread:
             ) from exc
 
     return run
+
+
+def listing(tools: list[McpTool]) -> types.ListToolsResult:
+    """``tools/list``'s answer: each tool as pinned, with its input schema."""
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(
+                name=t.name, description=t.description, input_schema=dict(t.definition.input_schema)
+            )
+            for t in tools
+        ]
+    )
 
 
 def result(found: Answer) -> types.CallToolResult:
