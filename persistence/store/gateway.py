@@ -12,12 +12,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 
+from airlock.persistence.domain import ACTIVE
 from airlock.persistence.store.common import parse_run_id
 from airlock.persistence.store.context import Context
 from airlock.persistence.store.retry import retried
-from airlock.persistence.store.sql import MCP_GATEWAY_CALLS
+from airlock.persistence.store.sql import MCP_GATEWAY_CALLS, RUNS
 
 ATTEMPTS = 5
 """Tries of ``open`` when the call it found open was closed before it could be read."""
@@ -126,13 +127,22 @@ class GatewayCalls:
 
     @retried  # reads
     def figures(self, recent: int = 1000) -> GatewayFigures:
-        """What ``airlock stats`` shows: the calls held now and those whose result was
-        returned, by server and tool; how long the recent returned ones took."""
+        """What ``airlock stats`` shows: the calls held now (their run not over: waiting
+        for a decision, or making the approved call) and those whose result was returned,
+        by server and tool; how long the recent returned ones took."""
         table = MCP_GATEWAY_CALLS
-        held = table.c.open_key.is_not(None)
-        query = (
-            select(table.c.server, table.c.tool, held.label("held"), func.count())
-            .group_by(table.c.server, table.c.tool, held)
+        not_over = or_(RUNS.c.status.is_(None), RUNS.c.status.in_([s.value for s in ACTIVE]))
+        held = (
+            select(table.c.server, table.c.tool, func.count())
+            .select_from(table.outerjoin(RUNS, RUNS.c.id == table.c.run_id))
+            .where(table.c.open_key.is_not(None), not_over)
+            .group_by(table.c.server, table.c.tool)
+            .order_by(table.c.server, table.c.tool)
+        )
+        returned = (
+            select(table.c.server, table.c.tool, func.count())
+            .where(table.c.returned_at.is_not(None))
+            .group_by(table.c.server, table.c.tool)
             .order_by(table.c.server, table.c.tool)
         )
         spans = (
@@ -142,10 +152,11 @@ class GatewayCalls:
             .limit(recent)
         )
         with self._ctx.conns.one() as s:
-            rows = s.execute(query).all()
+            holding = s.execute(held).all()
+            gave = s.execute(returned).all()
             waited = [(r[1] - r[0]).total_seconds() for r in s.execute(spans).all()]
         return GatewayFigures(
-            held=[(r[0], r[1], int(r[3])) for r in rows if r[2]],
-            returned=[(r[0], r[1], int(r[3])) for r in rows if not r[2]],
+            held=[(r[0], r[1], int(r[2])) for r in holding],
+            returned=[(r[0], r[1], int(r[2])) for r in gave],
             waits=sorted(waited),
         )

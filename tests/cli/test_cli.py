@@ -462,3 +462,26 @@ def test_health_on_a_database_nobody_has_open_adds_no_wal_to_it(
     assert beat.returncode == 1, beat.stdout + beat.stderr  # no beat ever ran
     assert beat.stdout.startswith("beat: the sweeper never ran")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["airlock.db"]
+
+
+def test_the_stdio_gateway_says_when_its_held_calls_would_queue_where_no_worker_reads(
+    tmp_path: Path,
+) -> None:
+    """Found by a newcomer: ``airlock gateway --stdio`` pointed at the workers' PostgreSQL
+    but not at their broker queued held calls on an embedded broker of its own. It says
+    so on stderr (its stdout is the MCP channel); with a broker, or on SQLite, it does not."""
+    servers = tmp_path / "servers.toml"
+    servers.write_text('[servers.bank]\nurl = "http://127.0.0.1:9/mcp"\n')
+    base = {"AIRLOCK_MCP_SERVERS": str(servers), "AIRLOCK_HOME": str(tmp_path / "home")}
+    pg = "postgresql+psycopg://postgres@127.0.0.1:1/none"
+    said = airlock(
+        "gateway", "--stdio", env=clean_env(**base, AIRLOCK_DATABASE_URL=pg), cwd=tmp_path
+    )
+    assert "AIRLOCK_BROKER_URL is not set" in said.stderr and said.stdout == ""
+    assert str(tmp_path / "home" / "broker") in said.stderr.replace("\n", "")
+    brokered = clean_env(
+        **base, AIRLOCK_DATABASE_URL=pg, AIRLOCK_BROKER_URL="redis://127.0.0.1:1/0"
+    )
+    assert (
+        "AIRLOCK_BROKER_URL" not in airlock("gateway", "--stdio", env=brokered, cwd=tmp_path).stderr
+    )

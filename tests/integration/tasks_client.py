@@ -1,90 +1,35 @@
-"""A client side of the Tasks extension (``io.modelcontextprotocol/tasks``) for the SDK's
-own ``Client``, which does not ship one: declared through the SDK's ``ClientExtension``,
-its ``ResultClaim`` takes a ``tools/call`` answered with a task and polls ``tasks/get``
-until the task is over; ``raw`` speaks the 2026-07-28 wire by hand, for what no client
-would send."""
+"""The tests' client side of the Tasks extension: ``airlock.mcp.TasksExtension`` (the
+SDK's ``Client`` does not ship one), noting each poll; ``raw`` speaks the 2026-07-28
+wire by hand, for what no client would send."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-import anyio
 import httpx
 import mcp_types as types
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp.client.session import ClientSession
-from pydantic import ConfigDict
+from mcp.client.extension import ClaimContext
 
-EXTENSION = "io.modelcontextprotocol/tasks"
+from airlock.mcp import CreatedTask, DetailedTask, TasksExtension, cancel_task, get_task
+from airlock.workers.mcp.tasks_client import EXTENSION
+
 VERSION = "2026-07-28"
+__all__ = ["EXTENSION", "CreatedTask", "DetailedTask", "Tasks", "cancel_task", "get_task", "raw"]
 
 
-class TaskParams(types.RequestParams):
-    task_id: str
-
-
-class CreatedTask(types.Result):
-    model_config = ConfigDict(extra="allow")
-    result_type: Literal["task"] = "task"
-    task_id: str
-    status: str
-    status_message: str | None = None
-
-
-class DetailedTask(types.Result):
-    model_config = ConfigDict(extra="allow")
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    poll_interval_ms: int | None = None
-    result: dict[str, Any] | None = None
-
-
-class GetTask(types.Request[TaskParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    params: TaskParams
-
-
-class CancelTask(types.Request[TaskParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    params: TaskParams
-
-
-async def get_task(session: ClientSession, task_id: str) -> DetailedTask:
-    return await session.send_request(GetTask(params=TaskParams(task_id=task_id)), DetailedTask)
-
-
-async def cancel_task(session: ClientSession, task_id: str) -> None:
-    await session.send_request(CancelTask(params=TaskParams(task_id=task_id)), types.Result)
-
-
-class Tasks(ClientExtension):
-    """Follows a task until it is over, noting what it was given and each poll."""
-
-    identifier = EXTENSION
+class Tasks(TasksExtension):
+    """Airlock's client side of the extension, polling every 0.2 s, noting what it was
+    given and each poll."""
 
     def __init__(self, poll: float = 0.2) -> None:
-        self.poll = poll
         self.created: list[CreatedTask] = []
         self.polls: list[DetailedTask] = []
-
-    def claims(self) -> Sequence[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
+        super().__init__(poll, self.polls.append)
 
     async def resolve(self, task: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
         self.created.append(task)
-        while True:
-            found = await get_task(ctx.session, task.task_id)
-            self.polls.append(found)
-            if found.status == "completed":
-                return types.CallToolResult.model_validate(found.result)
-            if found.status in ("failed", "cancelled"):
-                raise RuntimeError(f"task {found.status}: {found.status_message}")
-            await anyio.sleep(self.poll)
+        return await super().resolve(task, ctx)
 
 
 def raw(

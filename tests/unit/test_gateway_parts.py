@@ -79,8 +79,16 @@ def test_a_bad_wait_is_refused_naming_it(given: str) -> None:
 @pytest.mark.parametrize(
     ("inbox", "said"),
     [
-        ("", "approval pending: run r1; decide it with `airlock approve r1`; call again"),
-        ("/inbox", "approval pending: run r1; decide it in the inbox (/inbox) or with `airlock"),
+        (
+            "",
+            "approval pending: run r1; an approver (not its requester) decides it with"
+            " `airlock approve r1`; call again",
+        ),
+        (
+            "/inbox",
+            "approval pending: run r1; an approver (not its requester) decides it in the"
+            " inbox (/inbox) or with `airlock",
+        ),
     ],
 )
 def test_a_pending_answer_says_where_to_decide_in_one_sentence(inbox: str, said: str) -> None:
@@ -120,9 +128,16 @@ def test_a_task_shows_its_held_call_as_working_then_completed_or_cancelled() -> 
     task = created(held, waiting, gateway)
     assert (task["resultType"], task["taskId"], task["status"]) == ("task", "t1", "working")
     assert task["createdAt"] == "2026-12-07T10:00:00Z" and task["ttlMs"] is None
-    assert task["statusMessage"].startswith("approval pending: run r1; decide it in the inbox")
+    assert task["statusMessage"] == (
+        "approval pending: run r1; an approver (not its requester) decides it in the inbox"
+        " (/inbox) or with `airlock approve r1`"
+    )  # a task is followed by tasks/get: no word of calling again
     assert task["_meta"] == {"io.airlock/run": "r1", "io.airlock/status": "waiting_for_approval"}
-    running = shape(held, replace(waiting, status=RunStatus.RUNNING), None, gateway)
+    asking = shape(held, replace(waiting, status=RunStatus.QUEUED), None, gateway)
+    assert (asking["status"], asking["statusMessage"]) == ("working", "asking for approval: run r1")
+    making = replace(waiting, status=RunStatus.RUNNING, turn_digest="d" * 64)
+    running = shape(held, making, None, gateway)
+    assert running["statusMessage"] == "approved: run r1 is making the call"
     assert running["status"] == "working" and "result" not in running
 
     done = shape(held, RUN, result_of(RUN), gateway)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from airlock.workers.cli.app import JsonOption, app, service
-from airlock.workers.cli.output import console, emit, fail
+from airlock.workers.cli.output import console, emit, errors, fail
 
 if TYPE_CHECKING:
     from airlock.workers.mcp.config import Servers
@@ -89,5 +89,14 @@ def gateway(
     servers = _servers()
     principal = acting(name)
     config = settings()
+    if config.embedded_broker and not config.database_url.startswith("sqlite"):
+        # stdout is the MCP channel: the word goes to stderr, which clients log
+        errors.print(
+            "airlock gateway: AIRLOCK_BROKER_URL is not set: a held call's run is queued on "
+            f"the embedded broker in {config.broker_folder.resolve()}, where your workers (on "
+            f"{config.database_url.split('@')[-1]}) may not look; set AIRLOCK_BROKER_URL to "
+            "their broker",
+            soft_wrap=True,
+        )
     found = Gateway(service(), list(servers.servers), wait=config.mcp_wait)
     serve_stdio(found, principal)

@@ -265,12 +265,16 @@ class Gateway:
             self.service.store.gateway.close(held.id)
             return True
 
-    def pending(self, run_id: str) -> Answer:
+    def waiting(self, run_id: str) -> str:
+        """Where a held call waits: for whom, and where it is decided."""
         where = f"in the inbox ({self.inbox}) or " if self.inbox else ""
-        text = (
-            f"approval pending: run {run_id}; decide it {where}with `airlock approve "
-            f"{run_id}`; call again with the same arguments to get its result"
+        return (
+            f"approval pending: run {run_id}; an approver (not its requester) decides it "
+            f"{where}with `airlock approve {run_id}`"
         )
+
+    def pending(self, run_id: str) -> Answer:
+        text = f"{self.waiting(run_id)}; call again with the same arguments to get its result"
         meta: dict[str, JsonValue] = {RUN_META: run_id, STATUS_META: "waiting_for_approval"}
         return Answer(text, True, meta, "pending")
 

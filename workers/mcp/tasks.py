@@ -33,9 +33,9 @@ from airlock.workers.mcp.gateway import (
     InThread,
     TaskNotFoundError,
 )
+from airlock.workers.mcp.tasks_client import EXTENSION
 from airlock.workers.service.principals import Principal
 
-EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_MS = 2000
 """The polling interval a task suggests (a person decides in seconds or hours)."""
 
@@ -82,17 +82,19 @@ def shape(held: HeldCall, run: Run, done: Answer | None, gateway: Gateway) -> di
         "_meta": {RUN_META: run.id, STATUS_META: run.status.value},
     }
     if done is None:
-        waiting = run.status is RunStatus.WAITING_FOR_APPROVAL
-        message = (
-            gateway.pending(run.id).text
-            if waiting
-            else f"run {run.id} is {run.status} (asking for approval, or making the approved call)"
-        )
-        return found | {"status": "working", "statusMessage": message}
+        return found | {"status": "working", "statusMessage": _doing(run, gateway)}
     if run.status is RunStatus.CANCELLED and not done.sent:
         return found | {"status": "cancelled", "statusMessage": done.text}
     result = {"content": [{"type": "text", "text": done.text}], "isError": done.is_error}
     return found | {"status": "completed", "result": result | {"_meta": done.meta}}
+
+
+def _doing(run: Run, gateway: Gateway) -> str:
+    if run.status is RunStatus.WAITING_FOR_APPROVAL:
+        return gateway.waiting(run.id)
+    if run.turn_digest is None:  # its first segment: it is about to ask
+        return f"asking for approval: run {run.id}"
+    return f"approved: run {run.id} is making the call"
 
 
 def serve_tasks(
