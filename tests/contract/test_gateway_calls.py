@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
 
 from airlock.persistence.db import make_engine
+from airlock.persistence.domain import RunStatus
 from airlock.persistence.store import HeldCall, RunStore
 from airlock.persistence.store.sql import MCP_GATEWAY_CALLS
 from airlock.workers.testing import wait_for
@@ -84,3 +85,53 @@ def _waiting(engine: Engine) -> bool:
             )
         ).scalar()
     return bool(waiting)
+
+
+def test_a_call_whose_run_is_asking_is_withdrawn_later_and_a_waiting_one_now(
+    engine: Engine,
+) -> None:
+    """``tasks/cancel`` (``Gateway.withdraw``): while the run's first segment asks (it
+    runs and never suspended: in flight, or its worker lost until its lease expires) the
+    client is told to withdraw again (no false acknowledgement, no wait in the API's
+    threads); once the run waits it is withdrawn, and the identical call is new."""
+    from airlock.workers.mcp.gateway import Gateway, WithdrawLaterError
+    from airlock.workers.service.principals import Principal
+    from tests.contract.test_service import make_service
+
+    service, _ = make_service(engine)
+    ann = Principal.trusted("ann")
+    run, _ = service.start_run("w1", "x", requested_by="ann", caller=ann.key)
+    held = service.store.gateway.open(DIGEST, ann.key, "bank", "bank__transfer")
+    service.store.gateway.bind(held.id, run.id)
+    assert service.store.transitions.claim(run.id, "w", timedelta(seconds=30)) is not None
+    gateway = Gateway(service, [], wait=1)
+    with pytest.raises(WithdrawLaterError, match="asking for approval right now"):
+        gateway.withdraw(ann, held.id)
+    assert service.store.runs.require(run.id).status is RunStatus.RUNNING
+    assert service.store.gateway.open(DIGEST, ann.key, "bank", "bank__transfer").id == held.id
+
+    assert service.store.transitions.requeue(run.id, "w")  # its lease expired
+    service.run_segment(run.id, "w")
+    assert service.store.runs.require(run.id).status is RunStatus.WAITING_FOR_APPROVAL
+    assert gateway.withdraw(ann, held.id) is True
+    assert service.store.runs.require(run.id).status is RunStatus.CANCELLED
+    assert service.store.gateway.open(DIGEST, ann.key, "bank", "bank__transfer").id != held.id
+
+
+def test_a_run_of_the_gateways_agent_is_not_retried(engine: Engine) -> None:
+    """Its client was answered how it ended ("not executed"): a retry would make the call
+    after all, and the client, told it was not made, asks again."""
+    from airlock.loop import Agent, ScriptedModel
+    from airlock.workers.service import ConflictError
+    from airlock.workers.service.principals import Principal
+    from tests.contract.test_service import make_service
+    from tests.integration.agents import w1
+
+    service, _ = make_service(engine, Agent(name="mcp", model=ScriptedModel(w1()), tools=[]))
+    run, _ = service.start_run("mcp", "x")
+    assert service.store.transitions.finish(
+        run.id, RunStatus.FAILED, expected=(RunStatus.QUEUED,), error="worker lost"
+    )
+    with pytest.raises(ConflictError, match="not retried"):
+        service.retry(run.id, by=Principal.trusted("ops"))
+    assert service.store.runs.require(run.id).status is RunStatus.FAILED

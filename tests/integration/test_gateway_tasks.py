@@ -24,6 +24,7 @@ from mcp.types import CallToolResult
 from sqlalchemy import text as sql_text
 
 from airlock.persistence.domain import RunStatus
+from airlock.workers.service.principals import Principal
 from airlock.workers.testing import SECRET, TOKEN, Stack, airlock_env, wait_for
 from tests.integration.tasks_client import (
     EXTENSION,
@@ -391,3 +392,38 @@ def test_tasks_are_answered_across_dropped_database_connections(
             )
         for base in (first, second):
             assert poll(base, ann, created.task_id).status == "working"
+
+
+def test_an_operator_cancel_during_the_call_leaves_the_task_waiting_for_its_outcome(
+    two: tuple[Stack, str, str],
+    bank: Bank,  # noqa: F811
+    issuer: Issuer,
+) -> None:
+    """Found by an attack: an operator's cancel while the approved call is being made
+    (counted upstream, its answer slow) answered the task at once "outcome never
+    recorded", then changed it when the worker recorded the result. The task stays
+    ``working`` until the worker records it, and then completes once, with it."""
+    stack, first, second = two
+    bank.stop()
+    bank.start(slow=4)
+    ann = issuer.token("ann")
+    created = held_task(first, ann, {"to": "val", "amount": 22})
+    assert created.meta is not None
+    run_id = str(created.meta["io.airlock/run"])
+    webhook_decide(first, stack.wait_status(run_id, RunStatus.WAITING_FOR_APPROVAL, timeout=60))
+    wait_for("the upstream transfer", lambda: transfers(bank), 60)
+    stack.service.cancel(run_id, by=Principal.operator("ops"))
+    awaited = poll(second, ann, created.task_id)
+    assert awaited.status == "working", awaited
+    assert "awaiting its outcome" in (awaited.status_message or "")
+
+    def completed() -> DetailedTask | None:
+        found = poll(first, ann, created.task_id)
+        return found if found.status == "completed" else None
+
+    done = wait_for("the worker to record the call's outcome", completed, 60)
+    assert done.result is not None and done.result["isError"] is False
+    assert done.result["content"] == [{"type": "text", "text": "sent 22 EUR to val"}]
+    assert poll(second, ann, created.task_id).result == done.result  # final
+    assert stack.run(run_id).status is RunStatus.CANCELLED
+    assert transfers(bank) == {f"transfer {run_id}:mcp_call": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
@@ -202,3 +202,44 @@ def test_arguments_nested_too_deep_are_refused_naming_the_limit() -> None:
     refuse_unstorable({"a": deep[0]}, "arguments")  # type: ignore[index]  # at the limit
     with pytest.raises(ValueError, match=f"nests deeper than {MAX_DEPTH} levels"):
         refuse_unstorable({"a": deep}, "arguments")
+
+
+def test_a_call_of_a_run_that_ended_while_it_was_made_is_awaited_until_it_cannot_record() -> None:
+    """An operator cancelled the run while its worker was making the call: the worker
+    still records its outcome, so the held call is not answered ("never recorded") until
+    the server's call timeout and a margin are past the run's end."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from airlock.persistence.domain import CallStatus, LedgerEntry
+    from airlock.persistence.store import HeldCall
+    from airlock.workers.mcp.gateway import DEFAULT_CALL_TIMEOUT, IN_FLIGHT_MARGIN
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    started = LedgerEntry(
+        "r1", CALL_ID, "bank__transfer", "write", CallStatus.STARTED, None, False, 1
+    )
+    ledger = SimpleNamespace(recorded_call=lambda run_id, call_id: started)
+    service = SimpleNamespace(store=SimpleNamespace(ledger=ledger), clock=lambda: now)
+    gateway = Gateway(cast(Any, service), [], wait=1)  # no server declared: the default timeout
+    held = HeldCall("t1", "r1", "bank", "bank__transfer", "api:ann", False)
+    just = replace(RUN, status=RunStatus.CANCELLED, output=None, updated_at=now)
+    assert gateway.answer_of(just, held) is None
+    past = timedelta(seconds=DEFAULT_CALL_TIMEOUT + IN_FLIGHT_MARGIN + 1)
+    long_ago = replace(just, updated_at=now - past)
+    found = gateway.answer_of(long_ago, held)
+    assert found is not None and found.text.startswith("the call was sent upstream but")
+    assert gateway.answer_of(RUN, held) == result_of(RUN)  # a completed run: its output
+
+
+def test_an_approver_can_edit_any_arguments_a_held_call_may_hold() -> None:
+    from airlock.workers.service.decisions import MAX_DEPTH, DecisionBody
+
+    deep: object = 1
+    for _ in range(MAX_DEPTH - 1):  # the deepest arguments /mcp takes
+        deep = [deep]
+    edit = {"decision": "edit", "arguments": {"memo": deep}}
+    body = DecisionBody.model_validate(
+        {"turn_digest": "d" * 64, "decision": "approve", "calls": {"mcp_call": edit}}
+    )
+    assert body.calls is not None

@@ -13,7 +13,6 @@ the same principal attaches to the run while its result was not returned
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,8 +50,10 @@ AGENT = "mcp"
 """The built-in agent whose runs hold the gateway's calls."""
 CALL_ID = "mcp_call"
 """The id of the one call of a gateway run (its idempotency key: ``{run_id}:mcp_call``)."""
-WITHDRAW_WAIT = 5.0
-"""Seconds a withdrawn call waits for its run's first segment to ask for approval."""
+DEFAULT_CALL_TIMEOUT = 30.0
+"""An MCP server's call timeout when its declaration is gone."""
+IN_FLIGHT_MARGIN = 10.0
+"""Seconds, past a server's call timeout, a call of a run that ended may still record."""
 RUN_META = "io.airlock/run"
 STATUS_META = "io.airlock/status"
 T = TypeVar("T")
@@ -70,6 +71,11 @@ class UnknownToolError(AirlockError, LookupError):
 
 class TaskNotFoundError(AirlockError, LookupError):
     """No held call of this id is the caller's (another principal's is not found either)."""
+
+
+class WithdrawLaterError(AirlockError, RuntimeError):
+    """The held call's run is asking for approval right now: it can be withdrawn once it
+    waits."""
 
 
 class GatewayModel:
@@ -204,20 +210,39 @@ class Gateway:
         """The held call's answer once its run is over (its result then marked returned:
         an identical call is a new call); None while it is not."""
         assert held.run_id is not None
-        run = self.service.get_run(held.run_id)
+        return self._settled(held, self.service.get_run(held.run_id))
+
+    def _settled(self, held: HeldCall, run: Run) -> Answer | None:
         if not run.status.terminal:
             return None
-        self.service.store.gateway.close(held.id)
-        return self.answer_of(run)
+        done = self.answer_of(run, held)
+        if done is not None:
+            self.service.store.gateway.close(held.id)
+        return done
 
-    def answer_of(self, run: Run) -> Answer:
+    def answer_of(self, run: Run, held: HeldCall) -> Answer | None:
         """What a held call's run that is over answers: its output; or, when it was
         cancelled or failed, what the ledger says of its call (the upstream's result
         when the call was made before the run ended; that it may have been made when
-        its outcome was never recorded; else that it was not)."""
+        its outcome was never recorded; else that it was not). None while the call may
+        still be in flight (``in_flight``): its outcome is awaited."""
         if run.status is RunStatus.COMPLETED:
             return result_of(run)
-        return result_of(run, self.service.store.ledger.recorded_call(run.id, CALL_ID))
+        entry = self.service.store.ledger.recorded_call(run.id, CALL_ID)
+        if entry is not None and entry.status is CallStatus.STARTED and self.in_flight(run, held):
+            return None
+        return result_of(run, entry)
+
+    def in_flight(self, run: Run, held: HeldCall) -> bool:
+        """Whether a run that ended with its call started (an operator's cancel while the
+        worker was making it) may still have a worker in the call, which records its
+        outcome: until the server's call timeout, and a margin, after the run ended."""
+        try:
+            timeout = self.tool(held.tool).server.timeout
+        except UnknownToolError:
+            timeout = DEFAULT_CALL_TIMEOUT
+        since = (self.service.clock() - run.updated_at).total_seconds()
+        return since < timeout + IN_FLIGHT_MARGIN
 
     def owned(self, principal: Principal, task_id: str) -> HeldCall:
         """The held call ``task_id`` (a task of the Tasks extension) of ``principal``.
@@ -236,34 +261,31 @@ class Gateway:
             run = self.service.get_run(str(held.run_id))
         except UnknownRunError as exc:  # its run was purged (RETENTION_DAYS) meanwhile
             raise TaskNotFoundError(f'task "{task_id}" not found') from exc
-        if not run.status.terminal:
-            return held, run, None
-        self.service.store.gateway.close(held.id)
-        return held, run, self.answer_of(run)
+        return held, run, self._settled(held, run)
 
     def withdraw(self, principal: Principal, task_id: str) -> bool:
         """The caller no longer wants its held call: its run is cancelled, as its
         requester, while no call of it was decided or began (checked by the cancelling
-        statement), and an identical call is a new call from then on; True when it was.
-        A run asking for approval right now is waited for, ``WITHDRAW_WAIT`` seconds at
-        most. Raises ``TaskNotFoundError``."""
+        statement), and an identical call is a new call from then on; True when it was,
+        False when the call was decided (it goes on) or is over. Raises
+        ``TaskNotFoundError``; ``WithdrawLaterError`` while the run is asking for approval
+        (its first segment: in flight, or its worker lost until its lease expires)."""
         held = self.owned(principal, task_id)
         run_id = str(held.run_id)
-        deadline = time.monotonic() + WITHDRAW_WAIT
-        while True:
-            try:
-                self.service.cancel(run_id, by=principal, undecided=True)
-            except UnknownRunError:
-                return False
-            except ConflictError:  # decided, being made or over: its answer stands
-                run = self.service.get_run(run_id)
-                asking = run.status is RunStatus.RUNNING and run.turn_digest is None
-                if asking and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    continue
-                return False
-            self.service.store.gateway.close(held.id)
-            return True
+        try:
+            self.service.cancel(run_id, by=principal, undecided=True)
+        except UnknownRunError:
+            return False
+        except ConflictError as exc:  # decided, being made or over: its answer stands
+            run = self.service.get_run(run_id)
+            if run.status is RunStatus.RUNNING and run.turn_digest is None:
+                raise WithdrawLaterError(
+                    f"run {run_id} is asking for approval right now; withdraw it again in a "
+                    "moment (it can be withdrawn once it waits)"
+                ) from exc
+            return False
+        self.service.store.gateway.close(held.id)
+        return True
 
     def waiting(self, run_id: str) -> str:
         """Where a held call waits: for whom, and where it is decided."""

@@ -19,7 +19,7 @@ from typing import Any
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import require_client_extension
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, RequestParams
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
@@ -32,6 +32,7 @@ from airlock.workers.mcp.gateway import (
     Gateway,
     InThread,
     TaskNotFoundError,
+    WithdrawLaterError,
 )
 from airlock.workers.mcp.tasks_client import EXTENSION
 from airlock.workers.service.principals import Principal
@@ -90,6 +91,8 @@ def shape(held: HeldCall, run: Run, done: Answer | None, gateway: Gateway) -> di
 
 
 def _doing(run: Run, gateway: Gateway) -> str:
+    if run.status.terminal:  # ended while its call was being made: its outcome is awaited
+        return f"run {run.id} is {run.status} while its call is being made: awaiting its outcome"
     if run.status is RunStatus.WAITING_FOR_APPROVAL:
         return gateway.waiting(run.id)
     if run.turn_digest is None:  # its first segment: it is about to ask
@@ -135,6 +138,8 @@ async def _found(in_thread: InThread, work: Callable[[], Any]) -> Any:
         return await in_thread(work)
     except TaskNotFoundError as exc:
         raise MCPError(INVALID_PARAMS, f"Failed to retrieve task: {exc}") from exc
+    except WithdrawLaterError as exc:  # the client is told its cancel did not take
+        raise MCPError(INTERNAL_ERROR, str(exc)) from exc
 
 
 def _iso(at: datetime) -> str:

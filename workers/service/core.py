@@ -41,7 +41,7 @@ from airlock.workers.service.principals import (
     Requester,
     may_operate,
 )
-from airlock.workers.service.registry import Registry
+from airlock.workers.service.registry import GATEWAY, Registry
 from airlock.workers.service.results import (
     SWEEPER,
     ConflictError,
@@ -290,11 +290,17 @@ class Service(Notifying):
 
     def retry(self, run_id: str, *, by: Principal) -> Run:
         """A failed run continues from its last checkpoint, on ``by``'s authority (as for
-        ``cancel``); the ledger keeps executed calls from running again. Raises
+        ``cancel``); the ledger keeps executed calls from running again. Not a run of the
+        MCP gateway's agent (its client is answered how it ended). Raises
         ``UnknownRunError``, ``ForbiddenError``, ``ConflictError``."""
         run = self.store.runs.require(run_id)
         requester = Requester.of(run.requested_by, run.caller)
         standing = may_operate(by, "retry", requester=requester, roles=self.operator_roles)
+        if run.agent == GATEWAY:  # its client was, or will be, answered what it ended with
+            raise ConflictError(
+                "a run of the MCP gateway's agent is not retried: its client is answered "
+                "how it ended, and calls again for a new approval"
+            )
         retried: Event = ("retry", _acting(by, standing) | {"previous_error": run.error})
         if not self.store.transitions.retry(run_id, events=[retried]):
             raise ConflictError(f"run is {run.status}; only failed runs can be retried")

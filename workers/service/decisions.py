@@ -19,13 +19,17 @@ CallDecisionKind = Literal["approve", "deny", "edit"]
 MAX_DEPTH = 100
 """How deep a value nests at most (arrays and objects): deeper, no reader (the
 serializer of a run's state stops at 255) could take it back."""
+BODY_LEVELS = 10
+"""How deep a decision body holds a call's arguments, at most (with room to spare)."""
 
 
-def refuse_unstorable(value: object, where: str = "body", depth: int = 0) -> None:
+def refuse_unstorable(
+    value: object, where: str = "body", depth: int = 0, limit: int = MAX_DEPTH
+) -> None:
     """Refuse what no reader of the run could take back: text UTF-8 cannot hold (a lone
     surrogate, from a ``\\ud800`` escape), numbers JSON cannot (NaN, Infinity, or a
     literal too large for a float, as 1e999, which the parsers read as Infinity) and
-    nesting deeper than ``MAX_DEPTH``. Stored, any would break every reader of the run.
+    nesting deeper than ``limit``. Stored, any would break every reader of the run.
     Raises ``ValueError`` (422)."""
     if isinstance(value, str):
         try:
@@ -35,21 +39,23 @@ def refuse_unstorable(value: object, where: str = "body", depth: int = 0) -> Non
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where} is not a finite number (JSON holds no NaN or Infinity)")
-    elif isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
-        raise ValueError(f"{where} nests deeper than {MAX_DEPTH} levels")
+    elif isinstance(value, dict | list | tuple) and depth >= limit:
+        raise ValueError(f"{where} nests deeper than {limit} levels")
     elif isinstance(value, dict):
         for key, item in value.items():
-            refuse_unstorable(key, where, depth + 1)
-            refuse_unstorable(item, f"{where}.{key}", depth + 1)
+            refuse_unstorable(key, where, depth + 1, limit)
+            refuse_unstorable(item, f"{where}.{key}", depth + 1, limit)
     elif isinstance(value, list | tuple):
         for item in value:
-            refuse_unstorable(item, where, depth + 1)
+            refuse_unstorable(item, where, depth + 1, limit)
 
 
 class TextBody(BaseModel):
     @model_validator(mode="after")
     def _valid_text(self) -> TextBody:
-        refuse_unstorable(self.model_dump(), "body")
+        # the body wraps a call's arguments a few levels deep (calls.<id>.arguments): any
+        # arguments a run holds can be edited
+        refuse_unstorable(self.model_dump(), "body", limit=MAX_DEPTH + BODY_LEVELS)
         return self
 
 

@@ -17,6 +17,9 @@ from types import ModuleType
 from airlock.loop import Agent, AirlockError
 from airlock.persistence.db import ConfigurationError
 
+GATEWAY = "mcp"
+"""The MCP gateway's built-in agent (present where ``AIRLOCK_MCP_SERVERS`` is set)."""
+
 
 class UnknownAgentError(AirlockError, LookupError):
     """No agent of this name is configured."""
@@ -59,7 +62,7 @@ class Registry:
             return self._agents[name]
         except KeyError:
             known = ", ".join(sorted(self._agents)) or "none"
-            hint = " (the MCP gateway's agent: set AIRLOCK_MCP_SERVERS)" if name == "mcp" else ""
+            hint = " (the MCP gateway's agent: set AIRLOCK_MCP_SERVERS)" if name == GATEWAY else ""
             raise UnknownAgentError(f"unknown agent {name!r}{hint} (configured: {known})") from None
 
     def __contains__(self, name: object) -> bool:
