@@ -12,6 +12,7 @@ low-level ``Server``'s ``add_request_handler`` and its ``extensions`` ad."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,10 @@ from airlock.workers.mcp.gateway import (
 from airlock.workers.mcp.tasks_client import EXTENSION
 from airlock.workers.service.principals import Principal
 
+WITHDRAW_TRIES = 5
+WITHDRAW_PAUSE = 0.1
+"""A cancel of a task whose run is asking waits 0.4 s at most (in a thread of the API's
+pool: a flood of such cancels holds a few threads a moment, not seconds)."""
 POLL_MS = 2000
 """The polling interval a task suggests (a person decides in seconds or hours)."""
 
@@ -118,7 +123,7 @@ def serve_tasks(
     async def cancel(ctx: Any, params: TaskParams) -> dict[str, Any]:
         require_client_extension(ctx, EXTENSION)
         principal = caller(ctx)
-        await _found(in_thread, lambda: gateway.withdraw(principal, params.task_id))
+        await _found(in_thread, lambda: withdrawn(gateway, principal, params.task_id))
         return {"resultType": "complete"}
 
     async def update(ctx: Any, params: UpdateParams) -> dict[str, Any]:
@@ -131,6 +136,18 @@ def serve_tasks(
     server.add_request_handler("tasks/cancel", TaskParams, cancel)
     server.add_request_handler("tasks/update", UpdateParams, update)
     server.extensions[EXTENSION] = {}
+
+
+def withdrawn(gateway: Gateway, principal: Principal, task_id: str) -> bool:
+    """``Gateway.withdraw``, again while the run is asking for approval (its first
+    segment takes a moment), ``WITHDRAW_TRIES`` times at most, ``WITHDRAW_PAUSE``
+    seconds apart; then ``WithdrawLaterError``."""
+    for _ in range(WITHDRAW_TRIES - 1):
+        try:
+            return gateway.withdraw(principal, task_id)
+        except WithdrawLaterError:
+            time.sleep(WITHDRAW_PAUSE)
+    return gateway.withdraw(principal, task_id)
 
 
 async def _found(in_thread: InThread, work: Callable[[], Any]) -> Any:
