@@ -300,13 +300,17 @@ def retry(
         console.print(f"run {run_id} is queued to continue")
         return
     ids = _all_failed(agent)
+    queued = 0
     with progress_bar() as progress:
         task = progress.add_task("retrying", total=len(ids))
         for rid in ids:
-            with contextlib.suppress(ConflictError, UnknownRunError):  # finished meanwhile
+            # finished meanwhile, or a run of the MCP gateway's agent (never retried)
+            with contextlib.suppress(ConflictError, UnknownRunError):
                 service().retry(rid, by=by)
+                queued += 1
             progress.advance(task)
-    console.print(f"{len(ids)} failed runs queued to continue")
+    skipped = f" ({len(ids) - queued} not retried)" if queued < len(ids) else ""
+    console.print(f"{queued} failed runs queued to continue{skipped}")
 
 
 def _all_failed(agent: str | None) -> list[str]:
