@@ -5,27 +5,15 @@ answer to a decision, and a notification. They mirror the API's OpenAPI document
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from airlock.persistence.status import RunStatus as RunStatus  # noqa: PLC0414 - one list
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class RunStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING_FOR_APPROVAL = "waiting_for_approval"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 class Usage(_Model):
