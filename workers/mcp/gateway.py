@@ -115,6 +115,14 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
+class Tasked:
+    """A held call not over yet, for a client that follows it as a task; its run as read."""
+
+    held: HeldCall
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
 class Judged:
     verdict: Verdict
     reason: str = ""
@@ -210,9 +218,10 @@ class Gateway:
         """The held call's answer once its run is over (its result then marked returned:
         an identical call is a new call); None while it is not."""
         assert held.run_id is not None
-        return self._settled(held, self.service.get_run(held.run_id))
+        return self.settle(held, self.service.get_run(held.run_id))
 
-    def _settled(self, held: HeldCall, run: Run) -> Answer | None:
+    def settle(self, held: HeldCall, run: Run) -> Answer | None:
+        """``settled``, on its run as just read."""
         if not run.status.terminal:
             return None
         done = self.answer_of(run, held)
@@ -261,7 +270,7 @@ class Gateway:
             run = self.service.get_run(str(held.run_id))
         except UnknownRunError as exc:  # its run was purged (RETENTION_DAYS) meanwhile
             raise TaskNotFoundError(f'task "{task_id}" not found') from exc
-        return held, run, self._settled(held, run)
+        return held, run, self.settle(held, run)
 
     def withdraw(self, principal: Principal, task_id: str) -> bool:
         """The caller no longer wants its held call: its run is cancelled, as its
@@ -334,12 +343,12 @@ async def answer(
     wait_run: Waiter,
     present: Present | None = None,
     task: bool = False,
-) -> Answer | HeldCall:
+) -> Answer | Tasked:
     """A client's ``tools/call``, answered. Raises ``UnknownToolError``. A held call's
     result is marked returned only while its client is ``present`` (one that hung up
     while it waited gets it on its next identical call). With ``task`` (the client
-    negotiated the Tasks extension) a held call not over yet is returned at once: the
-    client follows it as a task (``Gateway.task``)."""
+    negotiated the Tasks extension) a held call not over yet is returned at once, with
+    its run as read: the client follows it as a task (``Gateway.task``)."""
     tool: McpTool = await in_thread(lambda: gateway.tool(name))
     try:
         refuse_unstorable(dict(arguments), "arguments")
@@ -353,9 +362,10 @@ async def answer(
         return await in_thread(lambda: gateway.forward(tool, arguments))  # type: ignore[no-any-return]
     held: HeldCall = await in_thread(lambda: gateway.hold(principal, tool, arguments))
     assert held.run_id is not None
-    done: Answer | None = await in_thread(lambda: gateway.settled(held))
+    run: Run = await in_thread(lambda: gateway.service.get_run(str(held.run_id)))
+    done: Answer | None = await in_thread(lambda: gateway.settle(held, run))
     if done is None and task:
-        return held
+        return Tasked(held, run)
     if done is None:
         await wait_run(held.run_id, gateway.wait)
         if present is not None and not await present():

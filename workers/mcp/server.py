@@ -17,9 +17,15 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
-from airlock.persistence.store import HeldCall
 from airlock.persistence.store.retry import is_transient
-from airlock.workers.mcp.gateway import Answer, Gateway, InThread, UnknownToolError, Waiter, answer
+from airlock.workers.mcp.gateway import (
+    Answer,
+    Gateway,
+    InThread,
+    UnknownToolError,
+    Waiter,
+    answer,
+)
 from airlock.workers.mcp.tasks import created, serve_tasks, wants_task
 from airlock.workers.mcp.tools import McpTool
 from airlock.workers.service.principals import Principal
@@ -62,15 +68,12 @@ def build_server(
             )  # fmt: skip
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
-        answered: Any = result(found) if isinstance(found, Answer) else None
-        if isinstance(found, HeldCall):
-            held = found
-            run = await in_thread(lambda: gateway.service.get_run(str(held.run_id)))
-            answered = created(held, run, gateway)
         if observe is not None:
             outcome = found.outcome if isinstance(found, Answer) else "task"
             observe(params.name, outcome, time.monotonic() - started)
-        return answered
+        if isinstance(found, Answer):
+            return result(found)
+        return created(found.held, found.run, gateway)
 
     server: Server[Any] = Server(
         "airlock", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool
